@@ -1,0 +1,27 @@
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu_forward(torch::Tensor x) {
+  TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat, "expected contiguous float32");
+  auto y = torch::empty_like(x);
+  const float* in = x.data_ptr<float>();
+  float* out = y.data_ptr<float>();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
+  return y;
+}
+"""
+
+relu_ext = load_inline(name="relu_ext", cpp_sources=cpp_source, functions=["relu_forward"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return relu_ext.relu_forward(x.contiguous())

@@ -1,0 +1,71 @@
+// The judge: compiles, verifies and times one candidate against its task and
+// returns a Verdict (DESIGN.md §4-5). Candidate code only ever runs in sandboxed
+// processes; the verdict is decided here, from files and messages.
+//
+//   auto judge = Judge::Create(config.judge, config.sandbox);
+//   auto verdict = (*judge)->Evaluate(task, candidate);
+//
+// A bad kernel is a verdict; a failure of the judge itself (the reference
+// failed, a disk filled, the harness died unexpectedly) is an error Status.
+// Thread-safe: Evaluate() may run concurrently (distinct scratch directories).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/config/judge_config.h"
+#include "cuda_agent/config/sandbox_config.h"
+#include "cuda_agent/kernel_eval/baseline_cache.h"
+#include "cuda_agent/kernel_eval/candidate.h"
+#include "cuda_agent/kernel_eval/task.h"
+#include "cuda_agent/kernel_eval/verdict.h"
+#include "cuda_agent/sandbox/sandbox.h"
+
+namespace cuda_agent::kernel_eval {
+
+// What the judge found out about its Python and device at start-up.
+struct PythonEnv {
+  std::string executable;                       // the real interpreter (not a shim)
+  std::vector<std::filesystem::path> readable;  // directories harness processes must read
+  std::string torch_version;
+  bool cuda_available = false;
+  std::string device_name;                      // GPU name, or "cpu"
+  std::string cuda_arch;                        // "sm_90"
+};
+
+class Judge {
+ public:
+  static StatusOr<std::unique_ptr<Judge>> Create(const config::JudgeConfig& judge,
+                                                 const config::SandboxConfig& sandbox);
+
+  StatusOr<Verdict> Evaluate(const Task& task, const Candidate& candidate);
+
+  const std::string& backend() const { return backend_; }
+  const PythonEnv& python() const { return python_; }
+  const sandbox::Sandbox& sandbox() const { return *sandbox_; }
+  const config::JudgeConfig& config() const { return config_; }
+
+ private:
+  friend class Evaluation;
+  Judge() = default;
+  // Builds the precompiled torch header once per flags/torch/compiler.
+  Status EnsurePch();
+
+  config::JudgeConfig config_;
+  std::unique_ptr<sandbox::Sandbox> sandbox_;
+  PythonEnv python_;
+  std::string backend_;  // "cuda" or "cpu"
+  std::filesystem::path harness_dir_;
+  std::filesystem::path work_root_;
+  std::filesystem::path cache_dir_;
+  std::unique_ptr<BaselineCache> baselines_;
+  std::mutex pch_mu_;
+  bool pch_ready_ = false;  // guarded by pch_mu_
+};
+
+}  // namespace cuda_agent::kernel_eval

@@ -1,0 +1,27 @@
+// Subcommands of the cuda-agent binary. Each registers itself on the CLI11 app
+// and runs when selected.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace cuda_agent::cli {
+
+// Options every subcommand that reads a config shares.
+struct ConfigOptions {
+  std::string config_path;             // --config
+  std::vector<std::string> overrides;  // --set a.b=c, repeatable
+  bool dump_config = false;            // --dump-config: print the resolved config and exit
+};
+
+void AddConfigOptions(CLI::App* command, ConfigOptions* options);
+
+// Registers `check`; the returned function runs it and gives the exit code.
+std::function<int()> AddCheckCommand(CLI::App* app);
+// Registers `config` (load, validate and print a config).
+std::function<int()> AddConfigCommand(CLI::App* app);
+
+}  // namespace cuda_agent::cli

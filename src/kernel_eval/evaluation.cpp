@@ -1,0 +1,606 @@
+#include "evaluation.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+#include "cuda_agent/kernel_eval/reward.h"
+#include "cuda_agent/kernel_eval/tensor_compare.h"
+#include "cuda_agent/util/hash.h"
+#include "cuda_agent/util/log.h"
+
+namespace cuda_agent::kernel_eval {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+Clock::time_point After(double seconds) {
+  return Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+bool IsUnder(const fs::path& p, const fs::path& root) {
+  auto [r, _] = std::mismatch(root.begin(), root.end(), p.begin(), p.end());
+  return r == root.end();
+}
+
+// The nearest ancestor of `p` that the sandbox uid cannot traverse, if any.
+std::optional<fs::path> BlockedAncestor(const fs::path& p) {
+  fs::path cur;
+  for (const auto& part : p.parent_path()) {
+    cur /= part;
+    struct stat st{};
+    if (::stat(cur.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) return cur;
+  }
+  return std::nullopt;
+}
+
+// Sandbox views: every scratch and cache directory hidden; the interpreter,
+// torch and the harness readable (bound back in where an ancestor is private).
+void AddReadable(const fs::path& p, std::vector<fs::path>* hidden, std::vector<sandbox::Bind>* binds) {
+  if (auto blocked = BlockedAncestor(p)) {
+    hidden->push_back(*blocked);
+    binds->push_back({p, false});
+  }
+}
+
+// Drops hidden paths inside other hidden paths and read-only binds inside
+// other binds; orders binds parents first.
+void Normalize(std::vector<fs::path>* hidden, std::vector<sandbox::Bind>* binds) {
+  std::sort(hidden->begin(), hidden->end());
+  hidden->erase(std::unique(hidden->begin(), hidden->end()), hidden->end());
+  std::vector<fs::path> h;
+  for (const auto& p : *hidden)
+    if (h.empty() || !IsUnder(p, h.back())) h.push_back(p);
+  *hidden = h;
+  std::sort(binds->begin(), binds->end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  std::vector<sandbox::Bind> b;
+  for (const auto& x : *binds) {
+    bool covered = false;
+    for (const auto& y : b) covered |= IsUnder(x.path, y.path) && !x.writable && !y.writable;
+    if (!covered) b.push_back(x);
+  }
+  *binds = b;
+}
+
+double DefaultBandwidthGbs(const std::string& backend, const std::string& device) {
+  if (backend == "cpu") return 500;
+  if (device.find("H200") != std::string::npos) return 4800;
+  if (device.find("H100") != std::string::npos) return 3350;
+  if (device.find("A100") != std::string::npos) return 2039;
+  return 10000;
+}
+
+double DefaultPeakTflops(const std::string& backend, const std::string& device) {
+  if (backend == "cpu") return 10;
+  if (device.find("H200") != std::string::npos || device.find("H100") != std::string::npos) return 990;
+  if (device.find("A100") != std::string::npos) return 312;
+  return 5000;
+}
+
+std::string JoinViolations(const json& violations, std::vector<std::string>* cheats) {
+  for (const auto& v : violations)
+    cheats->push_back(v.value("file", "") + ":" + std::to_string(v.value("line", 0)) + ": " +
+                      v.value("message", ""));
+  return cheats->empty() ? "" : cheats->front();
+}
+
+}  // namespace
+
+Evaluation::Evaluation(Judge& judge, const Task& task, const Candidate& candidate)
+    : judge_(judge), task_(task), candidate_(candidate), rng_(std::random_device{}()) {}
+
+Evaluation::~Evaluation() {
+  if (reference_) reference_->Kill();
+  if (candidate_process_) candidate_process_->Kill();
+}
+
+bool Evaluation::Decide(Outcome outcome, std::string message) {
+  verdict_.outcome = outcome;
+  verdict_.message = std::move(message);
+  return true;
+}
+
+void Evaluation::Mark(const std::string& phase, Clock::time_point since) {
+  verdict_.phase_seconds[phase] += Seconds(since);
+}
+
+StatusOr<Verdict> Evaluation::Run() {
+  auto start = Clock::now();
+  CA_RETURN_IF_ERROR(Prepare());
+  const auto& cfg = judge_.config_;
+  verdict_.environment = {
+      {"backend", judge_.backend_}, {"device_name", judge_.python_.device_name},
+      {"torch", judge_.python_.torch_version}, {"tf32_baselines", cfg.tf32},
+      {"isolation", judge_.sandbox_->isolation().description}, {"static_checks", cfg.static_checks},
+      {"cxx_flags", cfg.cxx_flags}, {"nvcc_flags", cfg.nvcc_flags}, {"cuda_arch", cfg.cuda_arch},
+      {"seed", seed_}, {"num_checks", cfg.num_checks}, {"hidden_variants", cfg.hidden_variants},
+      {"atol", cfg.atol}, {"rtol", cfg.rtol}, {"candidate_format", CandidateKindName(candidate_.kind)},
+      {"task", task_.name}};
+  using Phase = StatusOr<bool> (Evaluation::*)();
+  bool decided = false;
+  for (Phase phase : {&Evaluation::Lint, &Evaluation::ReferenceAndCompile, &Evaluation::Verify, &Evaluation::Profile}) {
+    CA_ASSIGN_OR_RETURN(decided, (this->*phase)());
+    if (decided) break;
+  }
+  if (!decided) Decide(Outcome::kOk, "correct on every check");
+  RewardKind kind = RewardKind::kMilestone;
+  ParseRewardKind(cfg.reward, &kind);
+  verdict_.reward = ComputeReward(verdict_, kind, cfg.speed_margin);
+  verdict_.compile_log = TruncateMiddle(verdict_.compile_log, static_cast<size_t>(cfg.log_bytes));
+  verdict_.run_log = TruncateMiddle(verdict_.run_log, static_cast<size_t>(cfg.log_bytes));
+  verdict_.phase_seconds["total"] = Seconds(start);
+  if (cfg.keep_work_dir) {
+    dir_->Keep();
+    verdict_.environment["work_dir"] = eval_dir_.string();
+  }
+  return verdict_;
+}
+
+Status Evaluation::Prepare() {
+  const auto& cfg = judge_.config_;
+  seed_ = cfg.seed != 0 ? cfg.seed : static_cast<int64_t>(rng_() % 1000000000ULL) + 1;
+  CA_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create(judge_.work_root_, "eval-"));
+  dir_.emplace(std::move(dir));
+  eval_dir_ = dir_->path();
+  task_copy_ = eval_dir_ / "task" / task_.path.filename();
+  cand_dir_ = eval_dir_ / "cand";
+  ref_dir_ = eval_dir_ / "ref";
+  logs_dir_ = eval_dir_ / "logs";
+  for (const auto& d : {eval_dir_ / "task", cand_dir_ / "build", cand_dir_ / "out", cand_dir_ / "tmp",
+                        ref_dir_ / "out", ref_dir_ / "tmp", eval_dir_ / "lint" / "tmp", logs_dir_})
+    CA_RETURN_IF_ERROR(MakeDirs(d));
+  CA_RETURN_IF_ERROR(CopyTree(task_.path, task_copy_));
+  if (fs::is_directory(candidate_.root)) {
+    CA_RETURN_IF_ERROR(CopyTree(candidate_.root, cand_dir_ / "src"));
+  } else {
+    CA_RETURN_IF_ERROR(MakeDirs(cand_dir_ / "src"));
+    CA_RETURN_IF_ERROR(CopyTree(candidate_.root, cand_dir_ / "src" / candidate_.module_name));
+  }
+  cand_module_ = cand_dir_ / "src" / candidate_.module_name;
+  uid_t uid = static_cast<uid_t>(judge_.sandbox_->config().uid);
+  gid_t gid = static_cast<gid_t>(judge_.sandbox_->config().gid);
+  if (judge_.sandbox_->isolation().drop_uid) {
+    for (const auto& d : {cand_dir_, ref_dir_, eval_dir_ / "lint"}) CA_RETURN_IF_ERROR(ChownTree(d, uid, gid));
+    ::chmod(eval_dir_.c_str(), 0711);
+  }
+  return Status::Ok();
+}
+
+json Evaluation::CommonSpec() const {
+  const auto& cfg = judge_.config_;
+  return {{"backend", judge_.backend_},
+          {"seed", seed_},
+          {"num_checks", cfg.num_checks},
+          {"hidden_variants", cfg.hidden_variants},
+          {"cpu_threads", cfg.cpu_threads},
+          {"tf32", cfg.tf32},
+          {"flush_cache", cfg.flush_cache},
+          {"flush_bytes", cfg.flush_bytes},
+          {"task_path", task_copy_.string()},
+          {"cxx_flags", cfg.cxx_flags},
+          {"nvcc_flags", cfg.nvcc_flags},
+          {"cuda_arch", cfg.cuda_arch},
+          {"link_libraries", cfg.link_libraries},
+          {"pch_root", (judge_.cache_dir_ / "pch").string()}};
+}
+
+json Evaluation::CandidateSpec() const {
+  json spec = CommonSpec();
+  spec["candidate_kind"] = CandidateKindName(candidate_.kind);
+  spec["candidate_dir"] = (cand_dir_ / "src").string();
+  spec["candidate_module"] = cand_module_.string();
+  spec["build_dir"] = (cand_dir_ / "build").string();
+  spec["out_dir"] = (cand_dir_ / "out").string();
+  return spec;
+}
+
+StatusOr<std::unique_ptr<HarnessProcess>> Evaluation::StartHarness(const std::string& name, const std::string& mode,
+                                                                   json spec, std::vector<sandbox::Bind> binds,
+                                                                   bool gpu) {
+  const auto& cfg = judge_.config_;
+  fs::path proc_dir = name == "reference" ? ref_dir_ : name == "lint" ? eval_dir_ / "lint" : cand_dir_;
+  if (name == "pch") proc_dir = judge_.cache_dir_ / "pch";
+  fs::path spec_path = proc_dir / ("spec_" + name + ".json");
+  CA_RETURN_IF_ERROR(WriteFileAtomic(spec_path, spec.dump(2)));
+  fs::path tmp = proc_dir / "tmp";
+  CA_RETURN_IF_ERROR(MakeDirs(tmp));
+  if (judge_.sandbox_->isolation().drop_uid) {
+    ::chown(spec_path.c_str(), static_cast<uid_t>(judge_.sandbox_->config().uid),
+            static_cast<gid_t>(judge_.sandbox_->config().gid));
+    ::chown(tmp.c_str(), static_cast<uid_t>(judge_.sandbox_->config().uid),
+            static_cast<gid_t>(judge_.sandbox_->config().gid));
+  }
+
+  sandbox::SpawnSpec s;
+  s.argv = {judge_.python_.executable, "-m", "cuda_agent_harness", mode, spec_path.string()};
+  std::string path = fs::path(judge_.python_.executable).parent_path().string() + ":/usr/local/cuda/bin:/usr/bin:/bin";
+  s.env = {"PATH=" + path,
+           "PYTHONPATH=" + judge_.harness_dir_.string(),
+           "PYTHONDONTWRITEBYTECODE=1",
+           "PYTHONUNBUFFERED=1",
+           "PYTHONNOUSERSITE=1",
+           "HOME=" + tmp.string(),
+           "TMPDIR=" + tmp.string(),
+           "XDG_CACHE_HOME=" + tmp.string(),
+           "TORCH_EXTENSIONS_DIR=" + tmp.string(),
+           "CUDA_HOME=/usr/local/cuda",
+           "OMP_NUM_THREADS=" + std::to_string(cfg.cpu_threads),
+           "MKL_NUM_THREADS=" + std::to_string(cfg.cpu_threads),
+           "CUDA_VISIBLE_DEVICES=" + (gpu ? std::to_string(cfg.device) : std::string())};
+  if (const char* ld = std::getenv("LD_LIBRARY_PATH")) s.env.push_back(std::string("LD_LIBRARY_PATH=") + ld);
+  if (judge_.backend_ == "cpu") {
+    // Freed large blocks stay in the heap: no page faults that depend on the
+    // process's history in timed calls (DESIGN.md §5).
+    s.env.push_back("MALLOC_MMAP_MAX_=0");
+    s.env.push_back("MALLOC_TRIM_THRESHOLD_=68719476736");
+  }
+  if (name == "reference") {
+    s.env.push_back("TORCHINDUCTOR_CACHE_DIR=" + (judge_.cache_dir_ / "inductor").string());
+    s.env.push_back("TRITON_CACHE_DIR=" + (judge_.cache_dir_ / "triton").string());
+  }
+  s.cwd = proc_dir;
+  s.hidden = {judge_.work_root_, judge_.cache_dir_};
+  for (const auto& p : judge_.python_.readable) AddReadable(p, &s.hidden, &s.binds);
+  AddReadable(judge_.harness_dir_, &s.hidden, &s.binds);
+  for (auto& b : binds) s.binds.push_back(std::move(b));
+  s.binds.push_back({proc_dir, true});
+  Normalize(&s.hidden, &s.binds);
+  s.stdout_path = logs_dir_.empty() ? proc_dir / (name + ".out") : logs_dir_ / (name + ".out");
+  s.stderr_path = logs_dir_.empty() ? proc_dir / (name + ".err") : logs_dir_ / (name + ".err");
+  if (gpu && judge_.backend_ == "cuda") s.gpu = static_cast<int>(cfg.device);
+  return HarnessProcess::Start(*judge_.sandbox_, s);
+}
+
+StatusOr<json> Evaluation::Ask(HarnessProcess& process, const json& command, const std::string& event,
+                               Clock::time_point deadline) {
+  if (!command.is_null()) CA_RETURN_IF_ERROR(process.Send(command));
+  while (true) {
+    CA_ASSIGN_OR_RETURN(json msg, process.Receive(deadline));
+    std::string got = msg.value("event", "");
+    if (got == event || got == "error") return msg;
+    // Anything else is out of protocol: a forged or stray message.
+    return Internal("unexpected harness message '" + got + "' while waiting for '" + event + "'");
+  }
+}
+
+Status Evaluation::BuildPch(Judge& judge) {
+  fs::path root = judge.cache_dir_ / "pch";
+  CA_RETURN_IF_ERROR(MakeDirs(root));
+  uid_t uid = static_cast<uid_t>(judge.sandbox_->config().uid);
+  gid_t gid = static_cast<gid_t>(judge.sandbox_->config().gid);
+  if (judge.sandbox_->isolation().drop_uid) CA_RETURN_IF_ERROR(ChownTree(root, uid, gid));
+  Task none;
+  Candidate nobody;
+  Evaluation e(judge, none, nobody);
+  json spec = e.CommonSpec();
+  auto start = Clock::now();
+  CA_ASSIGN_OR_RETURN(auto proc, e.StartHarness("pch", "pch", spec, {}, false));
+  auto msg = e.Ask(*proc, json(), "pch", After(judge.config_.compile_timeout_s * 4));
+  auto exit = proc->Finish(After(10));
+  if (!msg.ok() || !msg->value("ok", false)) {
+    std::string log = msg.ok() ? msg->value("log", "") : proc->LogTail(4000);
+    return Internal("building the precompiled torch header failed: " + log.substr(0, 4000));
+  }
+  CA_LOG(kInfo) << "precompiled torch header ready in " << Seconds(start) << " s";
+  return Status::Ok();
+}
+
+bool Evaluation::DecideFromExit(HarnessProcess& process, const Status& why, bool compiling) {
+  if (why.code() == StatusCode::kDeadlineExceeded) process.Kill();
+  auto exit = process.Finish(After(10));
+  verdict_.run_log = process.LogTail(static_cast<size_t>(judge_.config_.log_bytes));
+  if (why.code() == StatusCode::kDeadlineExceeded || (exit.ok() && exit->timed_out)) {
+    return compiling ? Decide(Outcome::kCompileTimeout, "the build ran past compile_timeout_s")
+                     : Decide(Outcome::kTimeout, "the candidate ran past run_timeout_s");
+  }
+  std::string how = exit.ok() ? exit->Describe() : exit.status().message();
+  if (why.code() == StatusCode::kInternal) how = why.message();
+  return compiling ? Decide(Outcome::kCompileError, "the build process ended abnormally: " + how)
+                   : Decide(Outcome::kRuntimeError, "the candidate's process ended abnormally: " + how);
+}
+
+StatusOr<bool> Evaluation::Lint() {
+  if (!judge_.config_.static_checks) {
+    verdict_.warnings.push_back("static checks disabled (judge.static_checks=false)");
+    return false;
+  }
+  auto start = Clock::now();
+  json spec = CandidateSpec();
+  CA_ASSIGN_OR_RETURN(auto proc, StartHarness("lint", "lint", spec, {{cand_dir_ / "src", false}}, false));
+  auto msg = Ask(*proc, json(), "lint", After(120));
+  Mark("lint", start);
+  if (!msg.ok()) return DecideFromExit(*proc, msg.status(), true);
+  (void)proc->Finish(After(10));
+  if ((*msg).value("syntax_error", false)) {
+    verdict_.compile_log = (*msg)["violations"][0].value("message", "");
+    return Decide(Outcome::kCompileError, "model_new.py: " + verdict_.compile_log);
+  }
+  if (!(*msg)["violations"].empty()) {
+    std::string first = JoinViolations((*msg)["violations"], &verdict_.cheats);
+    return Decide(Outcome::kForbidden, "static check: " + first);
+  }
+  return false;
+}
+
+StatusOr<bool> Evaluation::ReferenceAndCompile() {
+  const auto& cfg = judge_.config_;
+  auto start = Clock::now();
+  json ref_spec = CommonSpec();
+  ref_spec["out_dir"] = (ref_dir_ / "out").string();
+  fs::path inductor = judge_.cache_dir_ / "inductor", triton = judge_.cache_dir_ / "triton";
+  for (const auto& d : {inductor, triton}) {
+    CA_RETURN_IF_ERROR(MakeDirs(d));
+    if (judge_.sandbox_->isolation().drop_uid)
+      ::chown(d.c_str(), static_cast<uid_t>(judge_.sandbox_->config().uid),
+              static_cast<gid_t>(judge_.sandbox_->config().gid));
+  }
+  CA_ASSIGN_OR_RETURN(reference_, StartHarness("reference", "reference", ref_spec,
+                                               {{eval_dir_ / "task", false}, {inductor, true}, {triton, true}}, true));
+  // The candidate build runs while the reference computes its outputs.
+  CA_RETURN_IF_ERROR(judge_.EnsurePch());
+  auto compile_start = Clock::now();
+  CA_ASSIGN_OR_RETURN(auto compiler, StartHarness("compile", "compile", CandidateSpec(),
+                                                  {{judge_.cache_dir_ / "pch", false}}, false));
+  auto built = Ask(*compiler, json(), "compiled", After(cfg.compile_timeout_s));
+  Mark("compile", compile_start);
+  if (!built.ok()) return DecideFromExit(*compiler, built.status(), true);
+  (void)compiler->Finish(After(10));
+  verdict_.compile_log = built->value("log", "");
+  for (const auto& c : (*built)["commands"]) verdict_.compile_commands.push_back(c);
+  if (!built->value("ok", false))
+    return Decide(Outcome::kCompileError, built->value("stage", "") == "import"
+                                              ? "model_new.py failed to import"
+                                              : "the candidate's sources failed to compile");
+
+  auto ready = Ask(*reference_, json(), "ready", After(cfg.run_timeout_s));
+  Mark("reference", start);
+  if (!ready.ok()) {
+    auto exit = reference_->Finish(After(10));
+    return Internal("the reference process failed (" + ready.status().message() + "; " +
+                    (exit.ok() ? exit->Describe() : "") + "):\n" + reference_->LogTail(4000));
+  }
+  if (ready->value("event", "") == "error")
+    return InvalidArgument("task " + task_.path.string() + ": " + ready->value("message", ""));
+  ref_ready_ = *ready;
+  verdict_.environment["torch"] = (*ready)["env"].value("torch", "");
+  verdict_.environment["cuda"] = (*ready)["env"].value("cuda", "");
+  verdict_.environment["device_name"] = (*ready)["env"].value("device_name", "");
+  if (ready->value("degenerate", false))
+    verdict_.warnings.push_back("the reference output does not depend on the inputs (degenerate task)");
+  return false;
+}
+
+StatusOr<bool> Evaluation::CompareCheck(const std::string& tag, const json& ref_outputs, size_t cand_outputs,
+                                        const std::string& cand_prefix, bool samples) {
+  const auto& cfg = judge_.config_;
+  CheckResult check;
+  check.tag = tag;
+  check.passed = true;
+  if (cand_outputs != ref_outputs.size()) {
+    check.passed = false;
+    check.message = "returned " + std::to_string(cand_outputs) + " outputs, expected " +
+                    std::to_string(ref_outputs.size());
+  }
+  CompareOptions opts;
+  opts.atol = cfg.atol;
+  opts.rtol = cfg.rtol;
+  opts.nan_policy = cfg.nan_policy == "forbid" ? NanPolicy::kForbid : NanPolicy::kMatch;
+  opts.check_dtype = !samples;
+  for (size_t j = 0; check.passed && j < ref_outputs.size(); ++j) {
+    fs::path ref_file = ref_dir_ / "out" / ((samples ? "samples_eager." : tag + ".") + std::to_string(j) + ".t");
+    fs::path cand_file = cand_dir_ / "out" / ((samples ? cand_prefix : tag + ".") + std::to_string(j) + ".t");
+    std::error_code ec;
+    auto ref_size = fs::file_size(ref_file, ec);
+    if (ec) return Internal("missing reference output " + ref_file.string());
+    auto cand_size = fs::file_size(cand_file, ec);
+    if (ec || cand_size > ref_size + 4096) {
+      check.passed = false;
+      check.message = "output " + std::to_string(j) + (ec ? " is missing" : " has the wrong size");
+      break;
+    }
+    CA_ASSIGN_OR_RETURN(HostTensor ref, ReadTensorFile(ref_file));
+    auto cand = ReadTensorFile(cand_file);
+    if (!cand.ok()) {
+      check.passed = false;
+      check.message = "output " + std::to_string(j) + " is unreadable";
+      break;
+    }
+    CompareResult r = CompareTensors(ref, *cand, opts);
+    check.max_abs_error = std::max(check.max_abs_error, r.max_abs_error);
+    check.max_rel_error = std::max(check.max_rel_error, r.max_rel_error);
+    if (!r.passed) {
+      check.passed = false;
+      check.message = "output " + std::to_string(j) + ": " + r.message;
+    }
+  }
+  verdict_.checks.push_back(check);
+  return check.passed;
+}
+
+StatusOr<bool> Evaluation::Verify() {
+  const auto& cfg = judge_.config_;
+  auto start = Clock::now();
+  json spec = CandidateSpec();
+  spec["reference_checks"] = ref_ready_["checks"];
+  spec["reference_mutates_inputs"] = ref_ready_.value("mutates_inputs", false);
+  spec["allowed_torch_ops"] = cfg.allowed_torch_ops;
+  CA_ASSIGN_OR_RETURN(candidate_process_,
+                      StartHarness("candidate", "candidate", spec,
+                                   {{eval_dir_ / "task", false}, {judge_.cache_dir_ / "pch", false}}, true));
+  auto deadline = After(cfg.run_timeout_s);
+  std::map<std::string, json> ref_checks;
+  for (const auto& c : ref_ready_["checks"]) ref_checks[c["tag"]] = c["outputs"];
+  while (true) {
+    auto msg = candidate_process_->Receive(deadline);
+    if (!msg.ok()) {
+      Mark("verify", start);
+      return DecideFromExit(*candidate_process_, msg.status(), false);
+    }
+    std::string event = msg->value("event", "");
+    if (event == "error") {
+      Mark("verify", start);
+      std::string kind = msg->value("kind", ""), text = msg->value("message", "");
+      verdict_.run_log = text;
+      if (kind == "compile") {
+        verdict_.compile_log = text;
+        return Decide(Outcome::kCompileError, "the candidate's extension failed to build at load time");
+      }
+      if (kind == "state_dict") return Decide(Outcome::kIncorrect, text);
+      std::string last = text.substr(text.find_last_of('\n', text.size() - 2) + 1);
+      return Decide(Outcome::kRuntimeError, "the candidate raised: " + last);
+    }
+    if (event == "check") {
+      std::string tag = msg->value("tag", "");
+      if (!(*msg)["forbidden_ops"].empty()) {
+        for (const auto& op : (*msg)["forbidden_ops"]) verdict_.cheats.push_back("dispatched PyTorch op " + op.get<std::string>());
+        return Decide(Outcome::kForbidden, "ModelNew.forward ran PyTorch compute: " + verdict_.cheats.front());
+      }
+      if (!(*msg)["problems"].empty())
+        return Decide(Outcome::kIncorrect, "check " + tag + ": " + (*msg)["problems"][0].get<std::string>());
+      if (!ref_checks.count(tag)) return Decide(Outcome::kRuntimeError, "unexpected check '" + tag + "'");
+      CA_ASSIGN_OR_RETURN(bool ok, CompareCheck(tag, ref_checks[tag], (*msg)["outputs"].size(), "", false));
+      if (!ok) return Decide(Outcome::kIncorrect, "check " + tag + ": " + verdict_.checks.back().message);
+      ref_checks.erase(tag);
+      continue;
+    }
+    if (event == "verified") {
+      Mark("verify", start);
+      if (!ref_checks.empty()) return Decide(Outcome::kRuntimeError, "the candidate skipped checks");
+      for (const auto& t : (*msg)["tampered"]) verdict_.cheats.push_back("replaced " + t.get<std::string>());
+      if (!verdict_.cheats.empty()) return Decide(Outcome::kForbidden, "tampering: " + verdict_.cheats.front());
+      return false;
+    }
+    return Decide(Outcome::kRuntimeError, "out-of-protocol message '" + event + "' from the candidate's process");
+  }
+}
+
+StatusOr<bool> Evaluation::Profile() {
+  const auto& cfg = judge_.config_;
+  auto start = Clock::now();
+  int64_t timing_seed = static_cast<int64_t>(rng_() % 1000000000ULL) + 1;
+  int64_t post_seed = static_cast<int64_t>(rng_() % 1000000000ULL) + 1;
+  json warm = {{"cmd", "warmup"}, {"timing_seed", timing_seed}, {"warmup", cfg.warmup_trials},
+               {"trials", cfg.timed_trials}, {"pool", cfg.input_pool}};
+  auto deadline = After(cfg.run_timeout_s);
+
+  // Baselines, in the reference's process.
+  auto ref_fail = [&](const StatusOr<json>& m) -> Status {
+    if (!m.ok()) return Internal("reference process during timing: " + m.status().message() + "\n" + reference_->LogTail(4000));
+    return Internal("reference process during timing: " + m->value("message", ""));
+  };
+  auto time_impl = [&](HarnessProcess& proc, const std::string& impl, TimingStats* stats) -> StatusOr<json> {
+    json w = warm;
+    w["impl"] = impl;
+    auto m = Ask(proc, w, "warm", deadline);
+    if (!m.ok() || m->value("event", "") == "error") return m;
+    auto t0 = Clock::now();
+    m = Ask(proc, {{"cmd", "time"}, {"impl", impl}}, "timed", deadline);
+    if (!m.ok() || m->value("event", "") == "error") return m;
+    *stats = TimingStats::FromSamples((*m)["times_ms"].get<std::vector<double>>());
+    stats->wall_ms = Seconds(t0) * 1e3;
+    return m;
+  };
+  auto eager = time_impl(*reference_, "eager", &verdict_.eager);
+  if (!eager.ok() || eager->value("event", "") == "error") return ref_fail(eager);
+  double eager_sum = 0;
+  for (double t : (*eager)["times_ms"]) eager_sum += t;
+  double overhead_ms = std::max(0.0, (verdict_.eager.wall_ms - eager_sum) / std::max(1, verdict_.eager.trials));
+
+  Hasher key;
+  key.Add(task_.hash).Add(judge_.backend_).Add(judge_.python_.device_name).Add(judge_.python_.torch_version)
+      .Add(std::to_string(cfg.tf32)).Add(std::to_string(cfg.cpu_threads)).Add(std::to_string(cfg.timed_trials))
+      .Add(std::to_string(cfg.warmup_trials)).Add(std::to_string(cfg.flush_cache));
+  std::string cache_key = key.HexDigest().substr(0, 32);
+  if (auto hit = judge_.baselines_->Get(cache_key)) {
+    verdict_.compiled = TimingStats::FromSamples((*hit)["times_ms"].get<std::vector<double>>());
+    verdict_.compiled.wall_ms = hit->value("wall_ms", 0.0);
+    verdict_.compiled.cached = true;
+  } else {
+    auto comp = time_impl(*reference_, "compile", &verdict_.compiled);
+    if (!comp.ok() || comp->value("event", "") == "error") return ref_fail(comp);
+    judge_.baselines_->Put(cache_key, {{"times_ms", (*comp)["times_ms"]}, {"wall_ms", verdict_.compiled.wall_ms},
+                                       {"task", task_.name}, {"device", judge_.python_.device_name}});
+  }
+  auto ref_post = Ask(*reference_, {{"cmd", "post"}, {"post_seed", post_seed}}, "post", deadline);
+  if (!ref_post.ok() || ref_post->value("event", "") == "error") return ref_fail(ref_post);
+  (void)reference_->Send({{"cmd", "quit"}});
+  (void)reference_->Finish(After(30));
+  Mark("profile_baselines", start);
+
+  // The candidate, timed the same way.
+  auto cand_start = Clock::now();
+  auto timed = time_impl(*candidate_process_, "candidate", &verdict_.candidate);
+  if (!timed.ok()) return DecideFromExit(*candidate_process_, timed.status(), false);
+  if (timed->value("event", "") == "error") {
+    verdict_.run_log = timed->value("message", "");
+    return Decide(Outcome::kRuntimeError, "the candidate raised during timing");
+  }
+  auto post = Ask(*candidate_process_, {{"cmd", "post"}, {"post_seed", post_seed}}, "post", deadline);
+  if (!post.ok()) return DecideFromExit(*candidate_process_, post.status(), false);
+  if (post->value("event", "") == "error") {
+    verdict_.run_log = post->value("message", "");
+    return Decide(Outcome::kRuntimeError, "the candidate raised in a post-timing check");
+  }
+  (void)candidate_process_->Send({{"cmd", "quit"}});
+  (void)candidate_process_->Finish(After(30));
+  Mark("profile_candidate", cand_start);
+  verdict_.timed = true;
+
+  // Were the timed calls honest? Outputs at secret positions, the post-timing
+  // checks, threads, tampering, the trusted wall clock and physics.
+  CA_ASSIGN_OR_RETURN(bool same, CompareCheck("timed_calls", json::array_t((*eager)["outputs"].get<size_t>(), json()),
+                                              (*timed)["outputs"].get<size_t>(), "samples_candidate.", true));
+  if (!same)
+    return Decide(Outcome::kIncorrect, "timed calls returned wrong values (" + verdict_.checks.back().message +
+                                           "): outputs served from a cache or behaviour that depends on the phase");
+  std::map<std::string, json> ref_post_checks;
+  for (const auto& c : (*ref_post)["checks"]) ref_post_checks[c["tag"]] = c["outputs"];
+  for (const auto& c : (*post)["checks"]) {
+    std::string tag = c.value("tag", "");
+    if (!c["forbidden_ops"].empty()) {
+      for (const auto& op : c["forbidden_ops"]) verdict_.cheats.push_back("dispatched PyTorch op " + op.get<std::string>());
+      return Decide(Outcome::kForbidden, "ModelNew.forward ran PyTorch compute after timing");
+    }
+    for (const auto& t : c["tampered"]) verdict_.cheats.push_back("replaced " + t.get<std::string>());
+    if (!verdict_.cheats.empty()) return Decide(Outcome::kForbidden, "tampering: " + verdict_.cheats.front());
+    if (!c["problems"].empty()) return Decide(Outcome::kIncorrect, tag + ": " + c["problems"][0].get<std::string>());
+    CA_ASSIGN_OR_RETURN(bool ok, CompareCheck(tag, ref_post_checks[tag], c["outputs"].size(), "", false));
+    if (!ok) return Decide(Outcome::kIncorrect, "post-timing " + tag + ": " + verdict_.checks.back().message);
+    auto counts = c["thread_counts"].get<std::vector<int>>();
+    if (!counts.empty() && *std::max_element(counts.begin(), counts.end()) > counts.front()) {
+      verdict_.cheats.push_back("thread count grew from " + std::to_string(counts.front()) + " to " +
+                                std::to_string(*std::max_element(counts.begin(), counts.end())) + " during timed calls");
+      return Decide(Outcome::kForbidden, "spawned threads during timed calls");
+    }
+  }
+  double cand_sum = 0;
+  for (double t : (*timed)["times_ms"]) cand_sum += t;
+  double expected_wall = cand_sum + overhead_ms * verdict_.candidate.trials;
+  if (verdict_.candidate.wall_ms > cfg.timing_mismatch_factor * expected_wall + 50) {
+    verdict_.cheats.push_back("the judge's wall clock saw " + std::to_string(verdict_.candidate.wall_ms) +
+                              " ms for the timed loop; the candidate's timings and the measured loop overhead "
+                              "account for " + std::to_string(expected_wall) + " ms");
+    return Decide(Outcome::kForbidden, "timings forged: " + verdict_.cheats.back());
+  }
+  double bw = cfg.mem_bandwidth_gbs > 0 ? cfg.mem_bandwidth_gbs : DefaultBandwidthGbs(judge_.backend_, judge_.python_.device_name);
+  double peak = cfg.peak_tflops > 0 ? cfg.peak_tflops : DefaultPeakTflops(judge_.backend_, judge_.python_.device_name);
+  double min_ms = std::max(ref_ready_.value("io_bytes", 0.0) / (bw * 1e9), ref_ready_.value("flops", 0.0) / (peak * 1e12)) * 1e3;
+  verdict_.environment["physical_limit_ms"] = min_ms;
+  if (verdict_.candidate.median_ms < min_ms) {
+    verdict_.cheats.push_back("median " + std::to_string(verdict_.candidate.median_ms) + " ms is below the physical limit " +
+                              std::to_string(min_ms) + " ms (bytes moved / bandwidth, FLOPs / peak)");
+    return Decide(Outcome::kForbidden, "faster than the hardware allows: " + verdict_.cheats.back());
+  }
+  if (verdict_.candidate.median_ms > 0) {
+    verdict_.speedup_vs_eager = verdict_.eager.median_ms / verdict_.candidate.median_ms;
+    verdict_.speedup_vs_compile = verdict_.compiled.median_ms / verdict_.candidate.median_ms;
+  }
+  return false;
+}
+
+}  // namespace cuda_agent::kernel_eval
