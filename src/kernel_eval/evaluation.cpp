@@ -8,6 +8,7 @@
 
 #include "cuda_agent/kernel_eval/reward.h"
 #include "cuda_agent/kernel_eval/tensor_compare.h"
+#include "cuda_agent/kernel_eval/timing_checks.h"
 #include "cuda_agent/util/hash.h"
 #include "cuda_agent/util/log.h"
 
@@ -65,21 +66,6 @@ void Normalize(std::vector<fs::path>* hidden, std::vector<sandbox::Bind>* binds)
     if (!covered) b.push_back(x);
   }
   *binds = b;
-}
-
-double DefaultBandwidthGbs(const std::string& backend, const std::string& device) {
-  if (backend == "cpu") return 500;
-  if (device.find("H200") != std::string::npos) return 4800;
-  if (device.find("H100") != std::string::npos) return 3350;
-  if (device.find("A100") != std::string::npos) return 2039;
-  return 10000;
-}
-
-double DefaultPeakTflops(const std::string& backend, const std::string& device) {
-  if (backend == "cpu") return 10;
-  if (device.find("H200") != std::string::npos || device.find("H100") != std::string::npos) return 990;
-  if (device.find("A100") != std::string::npos) return 312;
-  return 5000;
 }
 
 std::string JoinViolations(const json& violations, std::vector<std::string>* cheats) {
@@ -509,7 +495,6 @@ StatusOr<bool> Evaluation::Profile() {
   if (!eager.ok() || eager->value("event", "") == "error") return ref_fail(eager);
   double eager_sum = 0;
   for (double t : (*eager)["times_ms"]) eager_sum += t;
-  double overhead_ms = std::max(0.0, (verdict_.eager.wall_ms - eager_sum) / std::max(1, verdict_.eager.trials));
 
   Hasher key;
   key.Add(task_.hash).Add(judge_.backend_).Add(judge_.python_.device_name).Add(judge_.python_.torch_version)
@@ -578,22 +563,23 @@ StatusOr<bool> Evaluation::Profile() {
       return Decide(Outcome::kForbidden, "spawned threads during timed calls");
     }
   }
-  double cand_sum = 0;
-  for (double t : (*timed)["times_ms"]) cand_sum += t;
-  double expected_wall = cand_sum + overhead_ms * verdict_.candidate.trials;
-  if (verdict_.candidate.wall_ms > cfg.timing_mismatch_factor * expected_wall + 50) {
-    verdict_.cheats.push_back("the judge's wall clock saw " + std::to_string(verdict_.candidate.wall_ms) +
-                              " ms for the timed loop; the candidate's timings and the measured loop overhead "
-                              "account for " + std::to_string(expected_wall) + " ms");
-    return Decide(Outcome::kForbidden, "timings forged: " + verdict_.cheats.back());
+  LoopEvidence base_loop{verdict_.eager.wall_ms, eager_sum, verdict_.eager.trials};
+  LoopEvidence cand_loop{verdict_.candidate.wall_ms, 0, verdict_.candidate.trials};
+  for (double t : (*timed)["times_ms"]) cand_loop.sum_ms += t;
+  std::string why;
+  if (TimingsForged(base_loop, cand_loop, cfg.timing_mismatch_factor, 50, &why)) {
+    verdict_.cheats.push_back(why);
+    return Decide(Outcome::kForbidden, "timings forged: " + why);
   }
-  double bw = cfg.mem_bandwidth_gbs > 0 ? cfg.mem_bandwidth_gbs : DefaultBandwidthGbs(judge_.backend_, judge_.python_.device_name);
+  double bw = cfg.mem_bandwidth_gbs > 0 ? cfg.mem_bandwidth_gbs
+                                        : DefaultBandwidthGbs(judge_.backend_, judge_.python_.device_name);
   double peak = cfg.peak_tflops > 0 ? cfg.peak_tflops : DefaultPeakTflops(judge_.backend_, judge_.python_.device_name);
-  double min_ms = std::max(ref_ready_.value("io_bytes", 0.0) / (bw * 1e9), ref_ready_.value("flops", 0.0) / (peak * 1e12)) * 1e3;
+  double min_ms = PhysicalLimitMs(ref_ready_.value("io_bytes", 0.0), ref_ready_.value("flops", 0.0), bw, peak);
   verdict_.environment["physical_limit_ms"] = min_ms;
   if (verdict_.candidate.median_ms < min_ms) {
-    verdict_.cheats.push_back("median " + std::to_string(verdict_.candidate.median_ms) + " ms is below the physical limit " +
-                              std::to_string(min_ms) + " ms (bytes moved / bandwidth, FLOPs / peak)");
+    verdict_.cheats.push_back("median " + std::to_string(verdict_.candidate.median_ms) +
+                              " ms is below the physical limit " + std::to_string(min_ms) +
+                              " ms (bytes moved / bandwidth, FLOPs / peak)");
     return Decide(Outcome::kForbidden, "faster than the hardware allows: " + verdict_.cheats.back());
   }
   if (verdict_.candidate.median_ms > 0) {

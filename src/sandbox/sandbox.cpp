@@ -41,6 +41,7 @@ struct ChildPlan {
   gid_t gid = 65534;
   int sync_read = -1;    // parent -> init: "cgroup attached, go"
   int status_write = -1; // init -> parent: target pid, then its wait status
+  int setup_write = -1;  // target -> parent: a SetupStep byte if setup failed before exec (close-on-exec)
   int stdin_read = -1, message_write = -1, stdout_fd = -1, stderr_fd = -1;
   const char* exe = nullptr;
   char* const* argv = nullptr;
@@ -96,8 +97,26 @@ void FdPath(int fd, char* buf) {
 // Exit codes the init uses when the sandbox itself could not be set up.
 constexpr int kSetupMountFailed = 121;
 constexpr int kSetupExecFailed = 127;
-constexpr int kSetupPrivFailed = 122;
-constexpr int kSetupSeccompFailed = 123;
+
+// What failed before exec; sent to the parent as one byte.
+enum SetupStep : char { kStepMounts = 'm', kStepPrivileges = 'u', kStepChdir = 'd', kStepSeccomp = 's', kStepExec = 'e' };
+
+[[noreturn]] void SetupFailed(const ChildPlan* plan, SetupStep step) {
+  char c = step;
+  WriteAll(plan->setup_write, &c, 1);
+  ::_exit(kSetupExecFailed);
+}
+
+const char* SetupStepName(char step) {
+  switch (step) {
+    case kStepMounts: return "mounting the sandbox's file system view";
+    case kStepPrivileges: return "dropping to the sandbox uid/gid";
+    case kStepChdir: return "entering the working directory (is it reachable by the sandbox uid?)";
+    case kStepSeccomp: return "installing the seccomp filter";
+    case kStepExec: return "executing the program (not found or not executable by the sandbox uid?)";
+  }
+  return "setting up the sandbox";
+}
 
 int RunTarget(ChildPlan* plan) {
   ::setsid();
@@ -109,7 +128,12 @@ int RunTarget(ChildPlan* plan) {
   ::dup2(plan->stdout_fd, 1);
   ::dup2(plan->stderr_fd, 2);
   if (plan->message_write >= 0) ::dup2(plan->message_write, 3);
-  ::syscall(SYS_close_range, plan->message_write >= 0 ? 4 : 3, ~0U, 0);
+  // Everything else closes at exec; the setup pipe must stay usable until then.
+  unsigned first = plan->message_write >= 0 ? 4 : 3;
+  if (::syscall(SYS_close_range, first, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) != 0) {
+    for (int fd = static_cast<int>(first); fd < 65536; ++fd)
+      if (fd != plan->setup_write) ::close(fd);
+  }
   rlimit r{};
   r.rlim_cur = r.rlim_max = plan->cpu_s;
   ::setrlimit(RLIMIT_CPU, &r);
@@ -122,12 +146,12 @@ int RunTarget(ChildPlan* plan) {
   if (plan->drop_uid) {
     if (::setgroups(0, nullptr) != 0 || ::setresgid(plan->gid, plan->gid, plan->gid) != 0 ||
         ::setresuid(plan->uid, plan->uid, plan->uid) != 0)
-      ::_exit(kSetupPrivFailed);
+      SetupFailed(plan, kStepPrivileges);
   }
-  if (plan->cwd != nullptr && ::chdir(plan->cwd) != 0) ::_exit(kSetupMountFailed);
-  if (plan->seccomp != nullptr && plan->seccomp->Install() != 0) ::_exit(kSetupSeccompFailed);
+  if (plan->cwd != nullptr && ::chdir(plan->cwd) != 0) SetupFailed(plan, kStepChdir);
+  if (plan->seccomp != nullptr && plan->seccomp->Install() != 0) SetupFailed(plan, kStepSeccomp);
   ::execve(plan->exe, plan->argv, plan->envp);
-  ::_exit(kSetupExecFailed);
+  SetupFailed(plan, kStepExec);
 }
 
 int SetUpMounts(ChildPlan* plan) {
@@ -168,7 +192,11 @@ int InitMain(void* arg) {
   while (::read(plan->sync_read, &go, 1) < 0 && errno == EINTR) {
   }
   if (go != 'g') ::_exit(kSetupMountFailed);
-  if (plan->namespaces && SetUpMounts(plan) != 0) Die(plan->status_write, kSetupMountFailed);
+  if (plan->namespaces && SetUpMounts(plan) != 0) {
+    char c = kStepMounts;
+    WriteAll(plan->setup_write, &c, 1);
+    Die(plan->status_write, kSetupMountFailed);
+  }
   pid_t target = ::fork();
   if (target < 0) Die(plan->status_write, kSetupExecFailed);
   if (target == 0) RunTarget(plan);
@@ -189,8 +217,8 @@ int InitMain(void* arg) {
 
 class SandboxProcess final : public Process {
  public:
-  SandboxProcess(pid_t init, int status_fd, int stdin_fd, int message_fd, std::unique_ptr<Cgroup> cgroup)
-      : init_(init), status_fd_(status_fd), stdin_fd_(stdin_fd), message_fd_(message_fd),
+  SandboxProcess(pid_t init, int status_fd, int setup_fd, int stdin_fd, int message_fd, std::unique_ptr<Cgroup> cgroup)
+      : init_(init), status_fd_(status_fd), setup_fd_(setup_fd), stdin_fd_(stdin_fd), message_fd_(message_fd),
         cgroup_(std::move(cgroup)), start_(std::chrono::steady_clock::now()) {}
 
   ~SandboxProcess() override {
@@ -202,6 +230,7 @@ class SandboxProcess final : public Process {
     CloseStdin();
     if (message_fd_ >= 0) ::close(message_fd_);
     ::close(status_fd_);
+    ::close(setup_fd_);
   }
 
   int stdin_fd() const override { return stdin_fd_; }
@@ -256,6 +285,8 @@ class SandboxProcess final : public Process {
     } else {
       info_.signal = SIGKILL;
     }
+    char step = 0;
+    if (::read(setup_fd_, &step, 1) == 1) info_.setup_error = SetupStepName(step);
     info_.cpu_limit = info_.signal == SIGXCPU;
     info_.file_size_limit = info_.signal == SIGXFSZ;
     if (cgroup_) {
@@ -270,6 +301,7 @@ class SandboxProcess final : public Process {
   pid_t init_;
   pid_t target_ = -1;
   int status_fd_;
+  int setup_fd_;
   int stdin_fd_;
   int message_fd_;
   std::unique_ptr<Cgroup> cgroup_;
@@ -314,6 +346,7 @@ std::atomic<uint64_t> g_spawn_counter{0};
 }  // namespace
 
 std::string ExitInfo::Describe() const {
+  if (!setup_error.empty()) return "sandbox setup failed: " + setup_error;
   if (timed_out) return "timed out after " + std::to_string(static_cast<int>(wall_s)) + " s";
   if (oom_killed) return "killed: memory limit exceeded";
   if (cpu_limit) return "killed: CPU time limit exceeded";
@@ -447,12 +480,13 @@ StatusOr<std::unique_ptr<Process>> Sandbox::Spawn(const SpawnSpec& spec) const {
     if (err_fd >= 0) ::close(err_fd);
     return Internal("cannot create sandbox output files " + spec.stdout_path.string());
   }
-  int sync[2], status[2], in[2] = {-1, -1}, msg[2] = {-1, -1};
-  bool ok = ::pipe2(sync, O_CLOEXEC) == 0 && ::pipe2(status, O_CLOEXEC) == 0;
+  int sync[2], status[2], setup[2], in[2] = {-1, -1}, msg[2] = {-1, -1};
+  bool ok = ::pipe2(sync, O_CLOEXEC) == 0 && ::pipe2(status, O_CLOEXEC) == 0 && ::pipe2(setup, O_CLOEXEC) == 0;
   if (spec.pipes) ok = ok && ::pipe2(in, O_CLOEXEC) == 0 && ::pipe2(msg, O_CLOEXEC) == 0;
   if (!ok) return Internal("pipe2 failed: " + std::string(std::strerror(errno)));
   plan.sync_read = sync[0];
   plan.status_write = status[1];
+  plan.setup_write = setup[1];
   plan.stdin_read = in[0];
   plan.message_write = msg[1];
   plan.stdout_fd = out_fd;
@@ -472,10 +506,10 @@ StatusOr<std::unique_ptr<Process>> Sandbox::Spawn(const SpawnSpec& spec) const {
   int flags = SIGCHLD | (plan.namespaces ? kNamespaceFlags : 0);
   pid_t init = ::clone(InitMain, stack.data() + stack.size(), flags, &plan);
   int clone_errno = errno;
-  for (int fd : {sync[0], status[1], in[0], msg[1], out_fd, err_fd})
+  for (int fd : {sync[0], status[1], setup[1], in[0], msg[1], out_fd, err_fd})
     if (fd >= 0) ::close(fd);
   if (init < 0) {
-    for (int fd : {sync[1], status[0], in[1], msg[0]})
+    for (int fd : {sync[1], status[0], setup[0], in[1], msg[0]})
       if (fd >= 0) ::close(fd);
     return Internal("clone failed: " + std::string(std::strerror(clone_errno)));
   }
@@ -493,7 +527,8 @@ StatusOr<std::unique_ptr<Process>> Sandbox::Spawn(const SpawnSpec& spec) const {
   // Ignore SIGPIPE so a dead child's stdin surfaces as an error, not a signal.
   static std::once_flag sigpipe_once;
   std::call_once(sigpipe_once, [] { ::signal(SIGPIPE, SIG_IGN); });
-  return std::unique_ptr<Process>(new SandboxProcess(init, status[0], in[1], msg[0], std::move(cgroup)));
+  ::fcntl(setup[0], F_SETFL, O_NONBLOCK);
+  return std::unique_ptr<Process>(new SandboxProcess(init, status[0], setup[0], in[1], msg[0], std::move(cgroup)));
 }
 
 }  // namespace cuda_agent::sandbox

@@ -63,6 +63,7 @@ struct ExitInfo {
   bool file_size_limit = false; // RLIMIT_FSIZE (SIGXFSZ)
   double wall_s = 0;
   int64_t peak_memory_bytes = -1;
+  std::string setup_error;      // non-empty when the sandbox failed before the program ran
   bool Succeeded() const { return exit_code == 0 && !timed_out; }
   // "exit 1", "killed by SIGSEGV", "killed: memory limit", "timed out after 30 s".
   std::string Describe() const;

@@ -22,6 +22,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXED_DIR = os.path.join(HERE, "workspace")
+SHIM_DIR = os.path.join(HERE, "include")  # the judge's torch/extension.h
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 EXTENSION_NAME = "cuda_extension"
 
@@ -56,7 +57,7 @@ def cxx_flags(spec):
     """Flags of every g++ compile that includes torch headers (and of the PCH)."""
     includes, _, _ = _torch_dirs()
     flags = list(spec["cxx_flags"]) + ["-fPIC", "-std=c++17", "-fopenmp", "-D_GLIBCXX_USE_CXX11_ABI=1",
-                                       "-DTORCH_API_INCLUDE_EXTENSION_H"]
+                                       "-DTORCH_API_INCLUDE_EXTENSION_H", "-I", SHIM_DIR]
     for inc in includes + [sysconfig.get_paths()["include"]]:
         flags += ["-isystem", inc]
     if spec["backend"] == "cuda":
@@ -71,7 +72,7 @@ def nvcc_flags(spec):
     num = arch.replace("sm_", "")
     flags = list(spec["nvcc_flags"]) + ["-gencode=arch=compute_%s,code=sm_%s" % (num, num)]
     flags += list(ce.COMMON_NVCC_FLAGS) + ["-Xcompiler", "-fPIC", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1",
-                                           "-DTORCH_API_INCLUDE_EXTENSION_H"]
+                                           "-DTORCH_API_INCLUDE_EXTENSION_H", "-I", SHIM_DIR]
     for inc in includes + [sysconfig.get_paths()["include"]]:
         flags += ["-isystem", inc]
     return flags
@@ -101,14 +102,16 @@ def build_pch(spec):
         return {"ok": True, "path": out, "seconds": 0.0, "log": "cached"}
     os.makedirs(out, exist_ok=True)
     header = os.path.join(out, "torch_extension.h")
-    with open(header, "w") as f:
+    with open(header + ".%d" % os.getpid(), "w") as f:
         f.write("#include <torch/extension.h>\n")
+    os.rename(header + ".%d" % os.getpid(), header)
     start = time.time()
-    cmd = ["g++"] + cxx_flags(spec) + ["-x", "c++-header", header, "-o", header + ".gch.tmp"]
+    tmp = "%s.gch.%d.tmp" % (header, os.getpid())  # concurrent judges may race here
+    cmd = ["g++"] + cxx_flags(spec) + ["-x", "c++-header", header, "-o", tmp]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         return {"ok": False, "path": out, "seconds": time.time() - start, "log": proc.stdout + proc.stderr}
-    os.rename(header + ".gch.tmp", header + ".gch")
+    os.rename(tmp, header + ".gch")
     with open(os.path.join(out, "DONE"), "w") as f:
         f.write("ok\n")
     return {"ok": True, "path": out, "seconds": time.time() - start, "log": ""}
