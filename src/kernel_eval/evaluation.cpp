@@ -215,6 +215,7 @@ StatusOr<std::unique_ptr<HarnessProcess>> Evaluation::StartHarness(const std::st
            "XDG_CACHE_HOME=" + tmp.string(),
            "TORCH_EXTENSIONS_DIR=" + tmp.string(),
            "CUDA_HOME=/usr/local/cuda",
+           "LC_ALL=C",
            "OMP_NUM_THREADS=" + std::to_string(cfg.cpu_threads),
            "MKL_NUM_THREADS=" + std::to_string(cfg.cpu_threads),
            "CUDA_VISIBLE_DEVICES=" + (gpu ? std::to_string(cfg.device) : std::string())};

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -188,6 +189,9 @@ int SetUpMounts(ChildPlan* plan) {
 
 int InitMain(void* arg) {
   auto* plan = static_cast<ChildPlan*>(arg);
+  // If the judge dies, the sandbox dies with it (the kernel then kills the
+  // whole pid namespace). Note: tied to the spawning thread's lifetime.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   char go = 0;
   while (::read(plan->sync_read, &go, 1) < 0 && errno == EINTR) {
   }

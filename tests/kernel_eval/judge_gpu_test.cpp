@@ -10,7 +10,8 @@
 namespace cuda_agent::kernel_eval {
 namespace {
 namespace fs = std::filesystem;
-const fs::path kFixtures = fs::path(CUDA_AGENT_TEST_FIXTURES) / "kernel_eval" / "fixtures";
+// The bundled examples of data/examples are the GPU fixtures.
+const fs::path kExamples = fs::path(CUDA_AGENT_TEST_FIXTURES).parent_path() / "data" / "examples";
 
 struct GpuCase {
   const char* name;
@@ -34,8 +35,8 @@ TEST_P(JudgeGpuTest, Verdict) {
   ASSERT_TRUE(config.ok());
   auto judge = Judge::Create(config->judge, config->sandbox);
   ASSERT_TRUE(judge.ok()) << judge.status().ToString();
-  auto task = LoadTask(kFixtures / "tasks" / (std::string(c.task) + ".py"));
-  auto cand = LoadCandidate(kFixtures / c.candidate);
+  auto task = LoadTask(kExamples / "tasks" / (std::string(c.task) + ".py"));
+  auto cand = LoadCandidate(kExamples / c.candidate);
   ASSERT_TRUE(task.ok() && cand.ok());
   auto v = (*judge)->Evaluate(*task, *cand);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
@@ -49,12 +50,12 @@ TEST_P(JudgeGpuTest, Verdict) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cuda, JudgeGpuTest,
-    ::testing::Values(GpuCase{"KernelBenchHonest", "relu_large", "cuda/relu_kb.py", Outcome::kOk},
-                      GpuCase{"WorkspaceHonest", "relu_large", "cuda/relu_ws", Outcome::kOk},
-                      GpuCase{"KernelBenchWrong", "relu_large", "cuda/relu_kb_wrong.py", Outcome::kIncorrect},
-                      GpuCase{"WorkspaceWrong", "relu_large", "cuda/relu_ws_wrong", Outcome::kIncorrect},
-                      GpuCase{"KernelBenchCheat", "relu_large", "cuda/relu_kb_cheat.py", Outcome::kForbidden},
-                      GpuCase{"WorkspaceCheat", "relu_large", "cuda/relu_ws_cheat", Outcome::kForbidden}),
+    ::testing::Values(GpuCase{"KernelBenchHonest", "relu_large", "cuda/relu_kernelbench.py", Outcome::kOk},
+                      GpuCase{"WorkspaceHonest", "relu_large", "cuda/relu_workspace", Outcome::kOk},
+                      GpuCase{"KernelBenchWrong", "relu_large", "cuda/relu_wrong.py", Outcome::kIncorrect},
+                      GpuCase{"WorkspaceWrong", "relu_large", "cuda/relu_workspace_wrong", Outcome::kIncorrect},
+                      GpuCase{"KernelBenchCheat", "relu_large", "cuda/relu_cheat.py", Outcome::kForbidden},
+                      GpuCase{"WorkspaceCheat", "relu_large", "cuda/relu_workspace_cheat", Outcome::kForbidden}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -96,25 +96,28 @@ def pch_dir(spec):
 
 
 def build_pch(spec):
-    """Builds <pch_dir>/torch_extension.h.gch once; DONE marks a finished build."""
+    """Builds <pch_dir>/torch_extension.h.gch once; DONE marks a finished build.
+    Concurrent judges serialise on a lock file, so the header is built once."""
+    import fcntl
     out = pch_dir(spec)
-    if os.path.exists(os.path.join(out, "DONE")):
-        return {"ok": True, "path": out, "seconds": 0.0, "log": "cached"}
     os.makedirs(out, exist_ok=True)
-    header = os.path.join(out, "torch_extension.h")
-    with open(header + ".%d" % os.getpid(), "w") as f:
-        f.write("#include <torch/extension.h>\n")
-    os.rename(header + ".%d" % os.getpid(), header)
-    start = time.time()
-    tmp = "%s.gch.%d.tmp" % (header, os.getpid())  # concurrent judges may race here
-    cmd = ["g++"] + cxx_flags(spec) + ["-x", "c++-header", header, "-o", tmp]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        return {"ok": False, "path": out, "seconds": time.time() - start, "log": proc.stdout + proc.stderr}
-    os.rename(tmp, header + ".gch")
-    with open(os.path.join(out, "DONE"), "w") as f:
-        f.write("ok\n")
-    return {"ok": True, "path": out, "seconds": time.time() - start, "log": ""}
+    with open(os.path.join(out, "lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(os.path.join(out, "DONE")):
+            return {"ok": True, "path": out, "seconds": 0.0, "log": "cached"}
+        header = os.path.join(out, "torch_extension.h")
+        with open(header, "w") as f:
+            f.write("#include <torch/extension.h>\n")
+        start = time.time()
+        tmp = header + ".gch.tmp"
+        cmd = ["g++"] + cxx_flags(spec) + ["-x", "c++-header", header, "-o", tmp]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            return {"ok": False, "path": out, "seconds": time.time() - start, "log": proc.stdout + proc.stderr}
+        os.rename(tmp, header + ".gch")
+        with open(os.path.join(out, "DONE"), "w") as f:
+            f.write("ok\n")
+        return {"ok": True, "path": out, "seconds": time.time() - start, "log": ""}
 
 
 class _Builder:
