@@ -9,7 +9,7 @@ namespace {
 
 constexpr const char* kProbe = R"PY(
 import json, os, sys
-out = {"executable": os.path.realpath(sys.executable),
+out = {"executable": sys.executable,  # not realpath: a venv is found through this path
        "paths": sorted({os.path.realpath(p) for p in [sys.prefix, sys.base_prefix, sys.exec_prefix] + sys.path
                         if p and os.path.isdir(p)})}
 try:

@@ -7,17 +7,18 @@ namespace cuda_agent::kernel_eval {
 
 CompareResult CompareTensors(const HostTensor& ref, const HostTensor& cand, const CompareOptions& options) {
   CompareResult r;
-  if (options.check_dtype && ref.dtype != cand.dtype) {
-    r.message = "dtype " + cand.dtype + ", expected " + ref.dtype;
+  if (options.check_dtype && ref.dtype() != cand.dtype()) {
+    r.message = "dtype " + cand.dtype() + ", expected " + ref.dtype();
     return r;
   }
-  if (ref.shape != cand.shape) {
+  if (ref.shape() != cand.shape()) {
     r.message = "shape " + cand.ShapeString() + ", expected " + ref.ShapeString();
     return r;
   }
   std::ostringstream first;
-  for (size_t i = 0; i < ref.values.size(); ++i) {
-    double a = ref.values[i], b = cand.values[i];
+  const int64_t n = ref.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    double a = ref[i], b = cand[i];
     bool ok;
     if (!std::isfinite(a) || !std::isfinite(b)) {
       if (options.nan_policy == NanPolicy::kForbid) ok = false;
@@ -36,7 +37,7 @@ CompareResult CompareTensors(const HostTensor& ref, const HostTensor& cand, cons
   r.passed = r.mismatches == 0;
   if (!r.passed) {
     std::ostringstream m;
-    m << r.mismatches << " of " << ref.values.size() << " elements differ (atol " << options.atol << ", rtol "
+    m << r.mismatches << " of " << n << " elements differ (atol " << options.atol << ", rtol "
       << options.rtol << "); " << first.str() << "; max abs error " << r.max_abs_error;
     r.message = m.str();
   }

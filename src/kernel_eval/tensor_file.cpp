@@ -1,6 +1,7 @@
 #include "cuda_agent/kernel_eval/tensor_file.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -12,12 +13,11 @@ namespace {
 
 constexpr char kMagic[] = "CATNSR01";
 
-int ElementSize(const std::string& dtype) {
-  if (dtype == "float64" || dtype == "int64") return 8;
-  if (dtype == "float32" || dtype == "int32") return 4;
-  if (dtype == "float16" || dtype == "bfloat16" || dtype == "int16") return 2;
-  if (dtype == "int8" || dtype == "uint8" || dtype == "bool") return 1;
-  return 0;
+template <typename T>
+T Load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
 double HalfToDouble(uint16_t h) {
@@ -30,32 +30,75 @@ double HalfToDouble(uint16_t h) {
 }
 
 template <typename T>
-T Load(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+double LoadAs(const char* p) {
+  return static_cast<double>(Load<T>(p));
 }
+double LoadHalf(const char* p) { return HalfToDouble(Load<uint16_t>(p)); }
+double LoadBFloat16(const char* p) { return std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(p)) << 16); }
 
-double Convert(const std::string& dtype, const char* p) {
-  if (dtype == "float32") return Load<float>(p);
-  if (dtype == "float64") return Load<double>(p);
-  if (dtype == "float16") return HalfToDouble(Load<uint16_t>(p));
-  if (dtype == "bfloat16") return std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(p)) << 16);
-  if (dtype == "int8") return Load<int8_t>(p);
-  if (dtype == "uint8" || dtype == "bool") return Load<uint8_t>(p);
-  if (dtype == "int16") return Load<int16_t>(p);
-  if (dtype == "int32") return Load<int32_t>(p);
-  return static_cast<double>(Load<int64_t>(p));
+struct DtypeInfo {
+  const char* name;
+  int size;
+  double (*load)(const char*);
+};
+
+constexpr DtypeInfo kDtypes[] = {
+    {"float32", 4, LoadAs<float>},   {"float64", 8, LoadAs<double>},  {"float16", 2, LoadHalf},
+    {"bfloat16", 2, LoadBFloat16},   {"int8", 1, LoadAs<int8_t>},     {"uint8", 1, LoadAs<uint8_t>},
+    {"bool", 1, LoadAs<uint8_t>},    {"int16", 2, LoadAs<int16_t>},   {"int32", 4, LoadAs<int32_t>},
+    {"int64", 8, LoadAs<int64_t>},
+};
+
+const DtypeInfo* FindDtype(const std::string& name) {
+  for (const auto& d : kDtypes)
+    if (name == d.name) return &d;
+  return nullptr;
 }
 
 }  // namespace
 
-bool HostTensor::IsFloating() const { return dtype.rfind("float", 0) == 0 || dtype == "bfloat16"; }
+StatusOr<HostTensor> HostTensor::FromBytes(std::string dtype, std::vector<int64_t> shape, std::string bytes) {
+  const DtypeInfo* info = FindDtype(dtype);
+  if (info == nullptr) return InvalidArgument("unsupported dtype " + dtype);
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidArgument("negative dimension");
+    numel *= d;
+  }
+  if (bytes.size() != static_cast<size_t>(numel) * static_cast<size_t>(info->size))
+    return InvalidArgument("payload is " + std::to_string(bytes.size()) + " bytes, expected " +
+                           std::to_string(numel * info->size));
+  HostTensor t;
+  t.dtype_ = std::move(dtype);
+  t.shape_ = std::move(shape);
+  t.bytes_ = std::move(bytes);
+  t.numel_ = numel;
+  t.element_size_ = info->size;
+  t.load_ = info->load;
+  return t;
+}
+
+HostTensor HostTensor::FromValues(std::string dtype, std::vector<int64_t> shape, const std::vector<double>& values) {
+  CA_CHECK(dtype == "float32" || dtype == "float64");
+  std::string bytes;
+  for (double v : values) {
+    if (dtype == "float64") bytes.append(reinterpret_cast<const char*>(&v), 8);
+    else {
+      float f = static_cast<float>(v);
+      bytes.append(reinterpret_cast<const char*>(&f), 4);
+    }
+  }
+  auto t = FromBytes(std::move(dtype), std::move(shape), std::move(bytes));
+  CA_CHECK_MSG(t.ok(), t.status().ToString());
+  return std::move(t).value();
+}
+
+bool HostTensor::IsFloating() const { return dtype_.rfind("float", 0) == 0 || dtype_ == "bfloat16"; }
 
 std::string HostTensor::ShapeString() const {
   std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
+  for (size_t i = 0; i < shape_.size(); ++i) s += (i ? ", " : "") + std::to_string(shape_[i]);
+  return s + (shape_.size() == 1 ? ",)" : ")");
 }
 
 StatusOr<HostTensor> ReadTensorFile(const std::filesystem::path& path) {
@@ -67,39 +110,21 @@ StatusOr<HostTensor> ReadTensorFile(const std::filesystem::path& path) {
   auto header = nlohmann::json::parse(data.substr(12, header_len), nullptr, false);
   if (header.is_discarded() || !header.contains("dtype") || !header.contains("shape"))
     return Internal(name + ": malformed header");
-  HostTensor t;
-  t.dtype = header["dtype"].get<std::string>();
-  int esize = ElementSize(t.dtype);
-  if (esize == 0) return Internal(name + ": unsupported dtype " + t.dtype);
-  int64_t numel = 1;
-  for (const auto& d : header["shape"]) {
-    t.shape.push_back(d.get<int64_t>());
-    numel *= t.shape.back();
-  }
-  size_t offset = 12 + header_len;
-  if (data.size() - offset != static_cast<size_t>(numel) * static_cast<size_t>(esize))
-    return Internal(name + ": payload is " + std::to_string(data.size() - offset) + " bytes, expected " +
-                    std::to_string(numel * esize));
-  t.values.resize(static_cast<size_t>(numel));
-  for (int64_t i = 0; i < numel; ++i) t.values[static_cast<size_t>(i)] = Convert(t.dtype, data.data() + offset + i * esize);
+  std::vector<int64_t> shape;
+  for (const auto& d : header["shape"]) shape.push_back(d.get<int64_t>());
+  data.erase(0, 12 + header_len);
+  auto t = HostTensor::FromBytes(header["dtype"].get<std::string>(), std::move(shape), std::move(data));
+  if (!t.ok()) return Internal(name + ": " + t.status().message());
   return t;
 }
 
 Status WriteTensorFile(const std::filesystem::path& path, const HostTensor& tensor) {
-  if (tensor.dtype != "float64" && tensor.dtype != "float32")
-    return InvalidArgument("WriteTensorFile supports float32 and float64, not " + tensor.dtype);
-  std::string header = nlohmann::json{{"dtype", tensor.dtype}, {"shape", tensor.shape}}.dump();
+  std::string header = nlohmann::json{{"dtype", tensor.dtype()}, {"shape", tensor.shape()}}.dump();
   std::string out(kMagic, 8);
   uint32_t len = static_cast<uint32_t>(header.size());
   out.append(reinterpret_cast<const char*>(&len), 4);
   out += header;
-  for (double v : tensor.values) {
-    if (tensor.dtype == "float64") out.append(reinterpret_cast<const char*>(&v), 8);
-    else {
-      float f = static_cast<float>(v);
-      out.append(reinterpret_cast<const char*>(&f), 4);
-    }
-  }
+  out += tensor.bytes();
   return WriteFileAtomic(path, out);
 }
 

@@ -12,20 +12,34 @@
 
 namespace cuda_agent::kernel_eval {
 
-struct HostTensor {
-  std::string dtype;            // float32, float64, float16, bfloat16, int8..int64, uint8, bool
-  std::vector<int64_t> shape;
-  std::vector<double> values;   // every element converted to double, row-major
+// A tensor kept as its raw bytes; elements are converted to double on access,
+// so comparing two 256 MiB outputs needs no extra copies.
+class HostTensor {
+ public:
+  // float32, float64, float16, bfloat16, int8..int64, uint8, bool.
+  static StatusOr<HostTensor> FromBytes(std::string dtype, std::vector<int64_t> shape, std::string bytes);
+  // Encodes `values` as `dtype` (float32 or float64); for tests and fixtures.
+  static HostTensor FromValues(std::string dtype, std::vector<int64_t> shape, const std::vector<double>& values);
 
-  int64_t numel() const { return static_cast<int64_t>(values.size()); }
+  const std::string& dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  const std::string& bytes() const { return bytes_; }
+  int64_t numel() const { return numel_; }
+  double operator[](int64_t i) const { return load_(bytes_.data() + i * element_size_); }
   bool IsFloating() const;
   std::string ShapeString() const;  // "(2, 3)"
+
+ private:
+  std::string dtype_;
+  std::vector<int64_t> shape_;
+  std::string bytes_;
+  int64_t numel_ = 0;
+  int element_size_ = 0;
+  double (*load_)(const char*) = nullptr;
 };
 
-// Reads and converts a tensor file; any inconsistency (size, dtype) is an error
-// naming the file.
+// Reads a tensor file; any inconsistency (size, dtype) is an error naming the file.
 StatusOr<HostTensor> ReadTensorFile(const std::filesystem::path& path);
-// Writes one (used by tests to build fixtures).
 Status WriteTensorFile(const std::filesystem::path& path, const HostTensor& tensor);
 
 }  // namespace cuda_agent::kernel_eval

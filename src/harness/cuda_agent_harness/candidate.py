@@ -4,14 +4,14 @@ import importlib.util
 import os
 import sys
 
-# The integrity snapshot must come before any candidate code is imported.
-from . import guard
+import torch
+
+from . import build, guard, session, tensor_io, timing  # noqa: F401 - all loaded before the snapshot
+from .task import Task, TaskError, as_outputs, check_plan, clone_values, scale_inputs
+
+# The integrity snapshot covers every harness module and is taken before any
+# candidate code is imported.
 _integrity = guard.Integrity()
-
-import torch  # noqa: E402
-
-from . import build, session  # noqa: E402
-from .task import Task, TaskError, as_outputs, check_plan, clone_values, scale_inputs  # noqa: E402
 
 
 def _import_candidate(spec):
