@@ -62,8 +62,10 @@ std::function<int()> AddCheckCommand(CLI::App* app) {
     if (!judge.ok()) return Fail(judge.status());
     auto verdict = (*judge)->Evaluate(*task, *candidate);
     if (!verdict.ok()) return Fail(verdict.status());
-    if (opts->json) std::cout << verdict->ToJson().dump(2) << "\n";
-    else std::cout << verdict->Summary();
+    if (opts->json)
+      std::cout << verdict->ToJson().dump(2) << "\n";
+    else
+      std::cout << verdict->Summary();
     return 0;
   };
 }

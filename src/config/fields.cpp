@@ -7,9 +7,12 @@
 namespace cuda_agent::config {
 
 std::string ParseScalar(const std::string& text, bool* out) {
-  if (text == "true") *out = true;
-  else if (text == "false") *out = false;
-  else return "expected true or false";
+  if (text == "true")
+    *out = true;
+  else if (text == "false")
+    *out = false;
+  else
+    return "expected true or false";
   return "";
 }
 

@@ -82,8 +82,7 @@ StatusOr<ConfigNode> ParseYamlFile(const std::filesystem::path& path) {
 
 Status ApplyOverride(ConfigNode* root, const std::string& assignment) {
   size_t eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
-    return InvalidArgument("--set '" + assignment + "': expected key.path=value");
+  if (eq == std::string::npos || eq == 0) return InvalidArgument("--set '" + assignment + "': expected key.path=value");
   std::string path = assignment.substr(0, eq);
   std::string value = assignment.substr(eq + 1);
   auto parsed = ParseYamlString(value, "--set " + path);

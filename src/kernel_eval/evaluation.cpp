@@ -34,7 +34,7 @@ std::optional<fs::path> BlockedAncestor(const fs::path& p) {
   fs::path cur;
   for (const auto& part : p.parent_path()) {
     cur /= part;
-    struct stat st{};
+    struct stat st {};
     if (::stat(cur.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) return cur;
   }
   return std::nullopt;
@@ -70,8 +70,7 @@ void Normalize(std::vector<fs::path>* hidden, std::vector<sandbox::Bind>* binds)
 
 std::string JoinViolations(const json& violations, std::vector<std::string>* cheats) {
   for (const auto& v : violations)
-    cheats->push_back(v.value("file", "") + ":" + std::to_string(v.value("line", 0)) + ": " +
-                      v.value("message", ""));
+    cheats->push_back(v.value("file", "") + ":" + std::to_string(v.value("line", 0)) + ": " + v.value("message", ""));
   return cheats->empty() ? "" : cheats->front();
 }
 
@@ -99,14 +98,22 @@ StatusOr<Verdict> Evaluation::Run() {
   auto start = Clock::now();
   CA_RETURN_IF_ERROR(Prepare());
   const auto& cfg = judge_.config_;
-  verdict_.environment = {
-      {"backend", judge_.backend_}, {"device_name", judge_.python_.device_name},
-      {"torch", judge_.python_.torch_version}, {"tf32_baselines", cfg.tf32},
-      {"isolation", judge_.sandbox_->isolation().description}, {"static_checks", cfg.static_checks},
-      {"cxx_flags", cfg.cxx_flags}, {"nvcc_flags", cfg.nvcc_flags}, {"cuda_arch", cfg.cuda_arch},
-      {"seed", seed_}, {"num_checks", cfg.num_checks}, {"hidden_variants", cfg.hidden_variants},
-      {"atol", cfg.atol}, {"rtol", cfg.rtol}, {"candidate_format", CandidateKindName(candidate_.kind)},
-      {"task", task_.name}};
+  verdict_.environment = {{"backend", judge_.backend_},
+                          {"device_name", judge_.python_.device_name},
+                          {"torch", judge_.python_.torch_version},
+                          {"tf32_baselines", cfg.tf32},
+                          {"isolation", judge_.sandbox_->isolation().description},
+                          {"static_checks", cfg.static_checks},
+                          {"cxx_flags", cfg.cxx_flags},
+                          {"nvcc_flags", cfg.nvcc_flags},
+                          {"cuda_arch", cfg.cuda_arch},
+                          {"seed", seed_},
+                          {"num_checks", cfg.num_checks},
+                          {"hidden_variants", cfg.hidden_variants},
+                          {"atol", cfg.atol},
+                          {"rtol", cfg.rtol},
+                          {"candidate_format", CandidateKindName(candidate_.kind)},
+                          {"task", task_.name}};
   using Phase = StatusOr<bool> (Evaluation::*)();
   bool decided = false;
   for (Phase phase : {&Evaluation::Lint, &Evaluation::ReferenceAndCompile, &Evaluation::Verify, &Evaluation::Profile}) {
@@ -137,8 +144,8 @@ Status Evaluation::Prepare() {
   cand_dir_ = eval_dir_ / "cand";
   ref_dir_ = eval_dir_ / "ref";
   logs_dir_ = eval_dir_ / "logs";
-  for (const auto& d : {eval_dir_ / "task", cand_dir_ / "build", cand_dir_ / "out", cand_dir_ / "tmp",
-                        ref_dir_ / "out", ref_dir_ / "tmp", eval_dir_ / "lint" / "tmp", logs_dir_})
+  for (const auto& d : {eval_dir_ / "task", cand_dir_ / "build", cand_dir_ / "out", cand_dir_ / "tmp", ref_dir_ / "out",
+                        ref_dir_ / "tmp", eval_dir_ / "lint" / "tmp", logs_dir_})
     CA_RETURN_IF_ERROR(MakeDirs(d));
   CA_RETURN_IF_ERROR(CopyTree(task_.path, task_copy_));
   if (fs::is_directory(candidate_.root)) {
@@ -159,20 +166,13 @@ Status Evaluation::Prepare() {
 
 json Evaluation::CommonSpec() const {
   const auto& cfg = judge_.config_;
-  return {{"backend", judge_.backend_},
-          {"seed", seed_},
-          {"num_checks", cfg.num_checks},
-          {"hidden_variants", cfg.hidden_variants},
-          {"cpu_threads", cfg.cpu_threads},
-          {"tf32", cfg.tf32},
-          {"flush_cache", cfg.flush_cache},
-          {"flush_bytes", cfg.flush_bytes},
-          {"task_path", task_copy_.string()},
-          {"cxx_flags", cfg.cxx_flags},
-          {"nvcc_flags", cfg.nvcc_flags},
-          {"cuda_arch", cfg.cuda_arch},
-          {"link_libraries", cfg.link_libraries},
-          {"pch_root", (judge_.cache_dir_ / "pch").string()}};
+  return {{"backend", judge_.backend_},           {"seed", seed_},
+          {"num_checks", cfg.num_checks},         {"hidden_variants", cfg.hidden_variants},
+          {"cpu_threads", cfg.cpu_threads},       {"tf32", cfg.tf32},
+          {"flush_cache", cfg.flush_cache},       {"flush_bytes", cfg.flush_bytes},
+          {"task_path", task_copy_.string()},     {"cxx_flags", cfg.cxx_flags},
+          {"nvcc_flags", cfg.nvcc_flags},         {"cuda_arch", cfg.cuda_arch},
+          {"link_libraries", cfg.link_libraries}, {"pch_root", (judge_.cache_dir_ / "pch").string()}};
 }
 
 json Evaluation::CandidateSpec() const {
@@ -331,8 +331,8 @@ StatusOr<bool> Evaluation::ReferenceAndCompile() {
   // The candidate build runs while the reference computes its outputs.
   CA_RETURN_IF_ERROR(judge_.EnsurePch());
   auto compile_start = Clock::now();
-  CA_ASSIGN_OR_RETURN(auto compiler, StartHarness("compile", "compile", CandidateSpec(),
-                                                  {{judge_.cache_dir_ / "pch", false}}, false));
+  CA_ASSIGN_OR_RETURN(auto compiler,
+                      StartHarness("compile", "compile", CandidateSpec(), {{judge_.cache_dir_ / "pch", false}}, false));
   auto built = Ask(*compiler, json(), "compiled", After(cfg.compile_timeout_s));
   Mark("compile", compile_start);
   if (!built.ok()) return DecideFromExit(*compiler, built.status(), true);
@@ -370,8 +370,8 @@ StatusOr<bool> Evaluation::CompareCheck(const std::string& tag, const json& ref_
   check.passed = true;
   if (cand_outputs != ref_outputs.size()) {
     check.passed = false;
-    check.message = "returned " + std::to_string(cand_outputs) + " outputs, expected " +
-                    std::to_string(ref_outputs.size());
+    check.message =
+        "returned " + std::to_string(cand_outputs) + " outputs, expected " + std::to_string(ref_outputs.size());
   }
   CompareOptions opts;
   opts.atol = cfg.atol;
@@ -444,7 +444,8 @@ StatusOr<bool> Evaluation::Verify() {
     if (event == "check") {
       std::string tag = msg->value("tag", "");
       if (!(*msg)["forbidden_ops"].empty()) {
-        for (const auto& op : (*msg)["forbidden_ops"]) verdict_.cheats.push_back("dispatched PyTorch op " + op.get<std::string>());
+        for (const auto& op : (*msg)["forbidden_ops"])
+          verdict_.cheats.push_back("dispatched PyTorch op " + op.get<std::string>());
         return Decide(Outcome::kForbidden, "ModelNew.forward ran PyTorch compute: " + verdict_.cheats.front());
       }
       if (!(*msg)["problems"].empty())
@@ -471,13 +472,17 @@ StatusOr<bool> Evaluation::Profile() {
   auto start = Clock::now();
   int64_t timing_seed = static_cast<int64_t>(rng_() % 1000000000ULL) + 1;
   int64_t post_seed = static_cast<int64_t>(rng_() % 1000000000ULL) + 1;
-  json warm = {{"cmd", "warmup"}, {"timing_seed", timing_seed}, {"warmup", cfg.warmup_trials},
-               {"trials", cfg.timed_trials}, {"pool", cfg.input_pool}};
+  json warm = {{"cmd", "warmup"},
+               {"timing_seed", timing_seed},
+               {"warmup", cfg.warmup_trials},
+               {"trials", cfg.timed_trials},
+               {"pool", cfg.input_pool}};
   auto deadline = After(cfg.run_timeout_s);
 
   // Baselines, in the reference's process.
   auto ref_fail = [&](const StatusOr<json>& m) -> Status {
-    if (!m.ok()) return Internal("reference process during timing: " + m.status().message() + "\n" + reference_->LogTail(4000));
+    if (!m.ok())
+      return Internal("reference process during timing: " + m.status().message() + "\n" + reference_->LogTail(4000));
     return Internal("reference process during timing: " + m->value("message", ""));
   };
   auto time_impl = [&](HarnessProcess& proc, const std::string& impl, TimingStats* stats) -> StatusOr<json> {
@@ -498,9 +503,15 @@ StatusOr<bool> Evaluation::Profile() {
   for (double t : (*eager)["times_ms"]) eager_sum += t;
 
   Hasher key;
-  key.Add(task_.hash).Add(judge_.backend_).Add(judge_.python_.device_name).Add(judge_.python_.torch_version)
-      .Add(std::to_string(cfg.tf32)).Add(std::to_string(cfg.cpu_threads)).Add(std::to_string(cfg.timed_trials))
-      .Add(std::to_string(cfg.warmup_trials)).Add(std::to_string(cfg.flush_cache));
+  key.Add(task_.hash)
+      .Add(judge_.backend_)
+      .Add(judge_.python_.device_name)
+      .Add(judge_.python_.torch_version)
+      .Add(std::to_string(cfg.tf32))
+      .Add(std::to_string(cfg.cpu_threads))
+      .Add(std::to_string(cfg.timed_trials))
+      .Add(std::to_string(cfg.warmup_trials))
+      .Add(std::to_string(cfg.flush_cache));
   std::string cache_key = key.HexDigest().substr(0, 32);
   if (auto hit = judge_.baselines_->Get(cache_key)) {
     verdict_.compiled = TimingStats::FromSamples((*hit)["times_ms"].get<std::vector<double>>());
@@ -509,8 +520,10 @@ StatusOr<bool> Evaluation::Profile() {
   } else {
     auto comp = time_impl(*reference_, "compile", &verdict_.compiled);
     if (!comp.ok() || comp->value("event", "") == "error") return ref_fail(comp);
-    judge_.baselines_->Put(cache_key, {{"times_ms", (*comp)["times_ms"]}, {"wall_ms", verdict_.compiled.wall_ms},
-                                       {"task", task_.name}, {"device", judge_.python_.device_name}});
+    judge_.baselines_->Put(cache_key, {{"times_ms", (*comp)["times_ms"]},
+                                       {"wall_ms", verdict_.compiled.wall_ms},
+                                       {"task", task_.name},
+                                       {"device", judge_.python_.device_name}});
   }
   auto ref_post = Ask(*reference_, {{"cmd", "post"}, {"post_seed", post_seed}}, "post", deadline);
   if (!ref_post.ok() || ref_post->value("event", "") == "error") return ref_fail(ref_post);
@@ -549,7 +562,8 @@ StatusOr<bool> Evaluation::Profile() {
   for (const auto& c : (*post)["checks"]) {
     std::string tag = c.value("tag", "");
     if (!c["forbidden_ops"].empty()) {
-      for (const auto& op : c["forbidden_ops"]) verdict_.cheats.push_back("dispatched PyTorch op " + op.get<std::string>());
+      for (const auto& op : c["forbidden_ops"])
+        verdict_.cheats.push_back("dispatched PyTorch op " + op.get<std::string>());
       return Decide(Outcome::kForbidden, "ModelNew.forward ran PyTorch compute after timing");
     }
     for (const auto& t : c["tampered"]) verdict_.cheats.push_back("replaced " + t.get<std::string>());
@@ -560,7 +574,8 @@ StatusOr<bool> Evaluation::Profile() {
     auto counts = c["thread_counts"].get<std::vector<int>>();
     if (!counts.empty() && *std::max_element(counts.begin(), counts.end()) > counts.front()) {
       verdict_.cheats.push_back("thread count grew from " + std::to_string(counts.front()) + " to " +
-                                std::to_string(*std::max_element(counts.begin(), counts.end())) + " during timed calls");
+                                std::to_string(*std::max_element(counts.begin(), counts.end())) +
+                                " during timed calls");
       return Decide(Outcome::kForbidden, "spawned threads during timed calls");
     }
   }

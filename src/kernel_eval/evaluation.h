@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness_process.h"
 #include "cuda_agent/kernel_eval/judge.h"
 #include "cuda_agent/util/file.h"
+#include "harness_process.h"
 
 namespace cuda_agent::kernel_eval {
 

@@ -33,8 +33,7 @@ class HarnessProcess {
 
  private:
   HarnessProcess(std::unique_ptr<sandbox::Process> process, sandbox::SpawnSpec spec)
-      : process_(std::move(process)), spec_(std::move(spec)),
-        channel_(process_->message_fd(), process_->stdin_fd()) {}
+      : process_(std::move(process)), spec_(std::move(spec)), channel_(process_->message_fd(), process_->stdin_fd()) {}
 
   std::unique_ptr<sandbox::Process> process_;
   sandbox::SpawnSpec spec_;

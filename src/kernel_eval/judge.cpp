@@ -5,10 +5,10 @@
 
 #include <cstdlib>
 
-#include "evaluation.h"
-#include "python_env.h"
 #include "cuda_agent/util/file.h"
 #include "cuda_agent/util/log.h"
+#include "evaluation.h"
+#include "python_env.h"
 
 namespace cuda_agent::kernel_eval {
 namespace fs = std::filesystem;
@@ -31,16 +31,18 @@ StatusOr<std::unique_ptr<Judge>> Judge::Create(const config::JudgeConfig& judge_
   CA_ASSIGN_OR_RETURN(judge->python_, ProbePython(judge_config.python));
 
   const std::string& b = judge_config.backend;
-  if (b == "auto") judge->backend_ = judge->python_.cuda_available ? "cuda" : "cpu";
-  else judge->backend_ = b;
+  if (b == "auto")
+    judge->backend_ = judge->python_.cuda_available ? "cuda" : "cpu";
+  else
+    judge->backend_ = b;
   if (judge->backend_ == "cuda" && !judge->python_.cuda_available)
     return FailedPrecondition("judge.backend is cuda, but torch sees no GPU on this host (use --backend cpu)");
   if (judge->config_.cuda_arch.empty()) judge->config_.cuda_arch = judge->python_.cuda_arch;
 
   const char* env_harness = std::getenv("CUDA_AGENT_HARNESS_DIR");
   judge->harness_dir_ = !judge_config.harness_dir.empty() ? fs::path(judge_config.harness_dir)
-                        : (env_harness && *env_harness) ? fs::path(env_harness)
-                                                        : fs::path(CUDA_AGENT_HARNESS_DIR);
+                        : (env_harness && *env_harness)   ? fs::path(env_harness)
+                                                          : fs::path(CUDA_AGENT_HARNESS_DIR);
   if (!fs::is_regular_file(judge->harness_dir_ / "cuda_agent_harness" / "__main__.py"))
     return FailedPrecondition("no harness at " + judge->harness_dir_.string() +
                               " (set judge.harness_dir or CUDA_AGENT_HARNESS_DIR)");

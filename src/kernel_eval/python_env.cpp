@@ -28,7 +28,8 @@ print("CUDA_AGENT_PROBE " + json.dumps(out))
 
 StatusOr<PythonEnv> ProbePython(const std::string& python) {
   auto result = RunCommand({python, "-c", kProbe}, 120);
-  if (!result.ok()) return FailedPrecondition("cannot run the harness Python '" + python + "': " + result.status().message());
+  if (!result.ok())
+    return FailedPrecondition("cannot run the harness Python '" + python + "': " + result.status().message());
   size_t pos = result->output.find("CUDA_AGENT_PROBE ");
   if (result->exit_code != 0 || pos == std::string::npos)
     return FailedPrecondition("the harness Python '" + python + "' failed its probe:\n" + result->output);

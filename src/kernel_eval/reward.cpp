@@ -3,10 +3,14 @@
 namespace cuda_agent::kernel_eval {
 
 bool ParseRewardKind(const std::string& name, RewardKind* kind) {
-  if (name == "milestone") *kind = RewardKind::kMilestone;
-  else if (name == "speedup") *kind = RewardKind::kSpeedup;
-  else if (name == "kevin") *kind = RewardKind::kKevin;
-  else return false;
+  if (name == "milestone")
+    *kind = RewardKind::kMilestone;
+  else if (name == "speedup")
+    *kind = RewardKind::kSpeedup;
+  else if (name == "kevin")
+    *kind = RewardKind::kKevin;
+  else
+    return false;
   return true;
 }
 

@@ -19,8 +19,7 @@ StatusOr<Task> LoadTask(const std::filesystem::path& path) {
   static const std::regex kInputs(R"((^|\n)def\s+get_inputs\s*\()");
   static const std::regex kInit(R"((^|\n)def\s+get_init_inputs\s*\()");
   if (!std::regex_search(*text, kModel)) return InvalidArgument("task " + path.string() + " defines no class Model");
-  if (!std::regex_search(*text, kInputs))
-    return InvalidArgument("task " + path.string() + " defines no get_inputs()");
+  if (!std::regex_search(*text, kInputs)) return InvalidArgument("task " + path.string() + " defines no get_inputs()");
   if (!std::regex_search(*text, kInit))
     return InvalidArgument("task " + path.string() + " defines no get_init_inputs()");
   Task task;

@@ -21,8 +21,10 @@ CompareResult CompareTensors(const HostTensor& ref, const HostTensor& cand, cons
     double a = ref[i], b = cand[i];
     bool ok;
     if (!std::isfinite(a) || !std::isfinite(b)) {
-      if (options.nan_policy == NanPolicy::kForbid) ok = false;
-      else ok = (std::isnan(a) && std::isnan(b)) || (std::isinf(a) && a == b);
+      if (options.nan_policy == NanPolicy::kForbid)
+        ok = false;
+      else
+        ok = (std::isnan(a) && std::isnan(b)) || (std::isinf(a) && a == b);
     } else {
       double diff = std::fabs(a - b);
       r.max_abs_error = std::max(r.max_abs_error, diff);
@@ -37,8 +39,8 @@ CompareResult CompareTensors(const HostTensor& ref, const HostTensor& cand, cons
   r.passed = r.mismatches == 0;
   if (!r.passed) {
     std::ostringstream m;
-    m << r.mismatches << " of " << n << " elements differ (atol " << options.atol << ", rtol "
-      << options.rtol << "); " << first.str() << "; max abs error " << r.max_abs_error;
+    m << r.mismatches << " of " << n << " elements differ (atol " << options.atol << ", rtol " << options.rtol << "); "
+      << first.str() << "; max abs error " << r.max_abs_error;
     r.message = m.str();
   }
   return r;

@@ -23,9 +23,12 @@ T Load(const char* p) {
 double HalfToDouble(uint16_t h) {
   uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   double v;
-  if (exp == 0) v = std::ldexp(static_cast<double>(mant), -24);
-  else if (exp == 31) v = mant ? std::nan("") : INFINITY;
-  else v = std::ldexp(static_cast<double>(mant | 0x400), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    v = std::ldexp(static_cast<double>(mant), -24);
+  else if (exp == 31)
+    v = mant ? std::nan("") : INFINITY;
+  else
+    v = std::ldexp(static_cast<double>(mant | 0x400), static_cast<int>(exp) - 25);
   return sign ? -v : v;
 }
 
@@ -43,9 +46,9 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"float32", 4, LoadAs<float>},   {"float64", 8, LoadAs<double>},  {"float16", 2, LoadHalf},
-    {"bfloat16", 2, LoadBFloat16},   {"int8", 1, LoadAs<int8_t>},     {"uint8", 1, LoadAs<uint8_t>},
-    {"bool", 1, LoadAs<uint8_t>},    {"int16", 2, LoadAs<int16_t>},   {"int32", 4, LoadAs<int32_t>},
+    {"float32", 4, LoadAs<float>}, {"float64", 8, LoadAs<double>}, {"float16", 2, LoadHalf},
+    {"bfloat16", 2, LoadBFloat16}, {"int8", 1, LoadAs<int8_t>},    {"uint8", 1, LoadAs<uint8_t>},
+    {"bool", 1, LoadAs<uint8_t>},  {"int16", 2, LoadAs<int16_t>},  {"int32", 4, LoadAs<int32_t>},
     {"int64", 8, LoadAs<int64_t>},
 };
 
@@ -82,7 +85,8 @@ HostTensor HostTensor::FromValues(std::string dtype, std::vector<int64_t> shape,
   CA_CHECK(dtype == "float32" || dtype == "float64");
   std::string bytes;
   for (double v : values) {
-    if (dtype == "float64") bytes.append(reinterpret_cast<const char*>(&v), 8);
+    if (dtype == "float64")
+      bytes.append(reinterpret_cast<const char*>(&v), 8);
     else {
       float f = static_cast<float>(v);
       bytes.append(reinterpret_cast<const char*>(&f), 4);

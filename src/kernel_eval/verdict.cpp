@@ -54,7 +54,7 @@ TimingStats TimingStats::FromSamples(std::vector<double> times_ms) {
 }
 
 nlohmann::json TimingStats::ToJson() const {
-  return {{"median_ms", median_ms}, {"min_ms", min_ms},   {"max_ms", max_ms}, {"mean_ms", mean_ms},
+  return {{"median_ms", median_ms}, {"min_ms", min_ms}, {"max_ms", max_ms},   {"mean_ms", mean_ms},
           {"stddev_ms", stddev_ms}, {"trials", trials}, {"wall_ms", wall_ms}, {"cached", cached}};
 }
 
@@ -67,8 +67,11 @@ nlohmann::json Verdict::ToJson() const {
   j["run_log"] = run_log;
   j["checks"] = nlohmann::json::array();
   for (const auto& c : checks)
-    j["checks"].push_back({{"tag", c.tag}, {"passed", c.passed}, {"max_abs_error", c.max_abs_error},
-                           {"max_rel_error", c.max_rel_error}, {"message", c.message}});
+    j["checks"].push_back({{"tag", c.tag},
+                           {"passed", c.passed},
+                           {"max_abs_error", c.max_abs_error},
+                           {"max_rel_error", c.max_rel_error},
+                           {"message", c.message}});
   j["timed"] = timed;
   if (timed) {
     j["timing"] = {{"eager", eager.ToJson()}, {"torch_compile", compiled.ToJson()}, {"candidate", candidate.ToJson()}};

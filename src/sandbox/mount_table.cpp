@@ -14,8 +14,10 @@ std::string Unescape(const std::string& s) {
       int v = 0;
       bool ok = true;
       for (size_t k = 1; k <= 3; ++k) {
-        if (s[i + k] < '0' || s[i + k] > '7') ok = false;
-        else v = v * 8 + (s[i + k] - '0');
+        if (s[i + k] < '0' || s[i + k] > '7')
+          ok = false;
+        else
+          v = v * 8 + (s[i + k] - '0');
       }
       if (ok) {
         out.push_back(static_cast<char>(v));

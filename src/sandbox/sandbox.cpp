@@ -21,9 +21,9 @@
 #include <mutex>
 
 #include "cgroup.h"
+#include "cuda_agent/util/log.h"
 #include "mount_table.h"
 #include "seccomp_filter.h"
-#include "cuda_agent/util/log.h"
 
 namespace cuda_agent::sandbox {
 namespace fs = std::filesystem;
@@ -40,9 +40,9 @@ struct ChildPlan {
   const SeccompFilter* seccomp = nullptr;
   uid_t uid = 65534;
   gid_t gid = 65534;
-  int sync_read = -1;    // parent -> init: "cgroup attached, go"
-  int status_write = -1; // init -> parent: target pid, then its wait status
-  int setup_write = -1;  // target -> parent: a SetupStep byte if setup failed before exec (close-on-exec)
+  int sync_read = -1;     // parent -> init: "cgroup attached, go"
+  int status_write = -1;  // init -> parent: target pid, then its wait status
+  int setup_write = -1;   // target -> parent: a SetupStep byte if setup failed before exec (close-on-exec)
   int stdin_read = -1, message_write = -1, stdout_fd = -1, stderr_fd = -1;
   const char* exe = nullptr;
   char* const* argv = nullptr;
@@ -50,11 +50,11 @@ struct ChildPlan {
   const char* cwd = nullptr;
   std::vector<const char*> remount_ro;  // host mount points
   std::vector<const char*> hidden;
-  std::vector<const char*> mkdirs;      // bind targets to create inside hidden tmpfs
+  std::vector<const char*> mkdirs;  // bind targets to create inside hidden tmpfs
   std::vector<const char*> bind_paths;
   std::vector<char> bind_writable;
-  std::vector<int> bind_fds;            // filled in the child
-  std::vector<char> bind_fd_paths;      // "/proc/self/fd/N" buffers, 32 bytes each
+  std::vector<int> bind_fds;        // filled in the child
+  std::vector<char> bind_fd_paths;  // "/proc/self/fd/N" buffers, 32 bytes each
   std::vector<const char*> masked_devices;
   const char* shm_options = nullptr;
   rlim_t cpu_s = 0, fsize_bytes = 0, nofile = 0;
@@ -100,7 +100,13 @@ constexpr int kSetupMountFailed = 121;
 constexpr int kSetupExecFailed = 127;
 
 // What failed before exec; sent to the parent as one byte.
-enum SetupStep : char { kStepMounts = 'm', kStepPrivileges = 'u', kStepChdir = 'd', kStepSeccomp = 's', kStepExec = 'e' };
+enum SetupStep : char {
+  kStepMounts = 'm',
+  kStepPrivileges = 'u',
+  kStepChdir = 'd',
+  kStepSeccomp = 's',
+  kStepExec = 'e'
+};
 
 [[noreturn]] void SetupFailed(const ChildPlan* plan, SetupStep step) {
   char c = step;
@@ -110,18 +116,24 @@ enum SetupStep : char { kStepMounts = 'm', kStepPrivileges = 'u', kStepChdir = '
 
 const char* SetupStepName(char step) {
   switch (step) {
-    case kStepMounts: return "mounting the sandbox's file system view";
-    case kStepPrivileges: return "dropping to the sandbox uid/gid";
-    case kStepChdir: return "entering the working directory (is it reachable by the sandbox uid?)";
-    case kStepSeccomp: return "installing the seccomp filter";
-    case kStepExec: return "executing the program (not found or not executable by the sandbox uid?)";
+    case kStepMounts:
+      return "mounting the sandbox's file system view";
+    case kStepPrivileges:
+      return "dropping to the sandbox uid/gid";
+    case kStepChdir:
+      return "entering the working directory (is it reachable by the sandbox uid?)";
+    case kStepSeccomp:
+      return "installing the seccomp filter";
+    case kStepExec:
+      return "executing the program (not found or not executable by the sandbox uid?)";
   }
   return "setting up the sandbox";
 }
 
 int RunTarget(ChildPlan* plan) {
   ::setsid();
-  if (plan->stdin_read >= 0) ::dup2(plan->stdin_read, 0);
+  if (plan->stdin_read >= 0)
+    ::dup2(plan->stdin_read, 0);
   else {
     int devnull = ::open("/dev/null", O_RDONLY);
     ::dup2(devnull, 0);
@@ -222,8 +234,13 @@ int InitMain(void* arg) {
 class SandboxProcess final : public Process {
  public:
   SandboxProcess(pid_t init, int status_fd, int setup_fd, int stdin_fd, int message_fd, std::unique_ptr<Cgroup> cgroup)
-      : init_(init), status_fd_(status_fd), setup_fd_(setup_fd), stdin_fd_(stdin_fd), message_fd_(message_fd),
-        cgroup_(std::move(cgroup)), start_(std::chrono::steady_clock::now()) {}
+      : init_(init),
+        status_fd_(status_fd),
+        setup_fd_(setup_fd),
+        stdin_fd_(stdin_fd),
+        message_fd_(message_fd),
+        cgroup_(std::move(cgroup)),
+        start_(std::chrono::steady_clock::now()) {}
 
   ~SandboxProcess() override {
     if (!reaped_) {
@@ -384,8 +401,10 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const config::SandboxConfig& 
     if (config.seccomp) {
       auto built = SeccompFilter::Build();
       iso.seccomp = built.ok();
-      if (built.ok()) filter = std::move(built).value();
-      else missing.push_back("seccomp (" + built.status().message() + ")");
+      if (built.ok())
+        filter = std::move(built).value();
+      else
+        missing.push_back("seccomp (" + built.status().message() + ")");
     } else {
       missing.push_back("seccomp (sandbox.seccomp=false)");
     }

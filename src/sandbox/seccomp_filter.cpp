@@ -13,12 +13,45 @@ namespace cuda_agent::sandbox {
 StatusOr<SeccompFilter> SeccompFilter::Build() {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (ctx == nullptr) return FailedPrecondition("seccomp_init failed");
-  static const char* kDenied[] = {
-      "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount", "umount2", "pivot_root", "chroot",
-      "unshare", "setns", "bpf", "perf_event_open", "init_module", "finit_module", "delete_module", "kexec_load",
-      "kexec_file_load", "reboot", "swapon", "swapoff", "add_key", "request_key", "keyctl", "userfaultfd",
-      "open_by_handle_at", "name_to_handle_at", "fanotify_init", "acct", "settimeofday", "clock_settime",
-      "clock_adjtime", "adjtimex", "syslog", "iopl", "ioperm", "fsopen", "fsmount", "move_mount", "open_tree"};
+  static const char* kDenied[] = {"ptrace",
+                                  "process_vm_readv",
+                                  "process_vm_writev",
+                                  "mount",
+                                  "umount",
+                                  "umount2",
+                                  "pivot_root",
+                                  "chroot",
+                                  "unshare",
+                                  "setns",
+                                  "bpf",
+                                  "perf_event_open",
+                                  "init_module",
+                                  "finit_module",
+                                  "delete_module",
+                                  "kexec_load",
+                                  "kexec_file_load",
+                                  "reboot",
+                                  "swapon",
+                                  "swapoff",
+                                  "add_key",
+                                  "request_key",
+                                  "keyctl",
+                                  "userfaultfd",
+                                  "open_by_handle_at",
+                                  "name_to_handle_at",
+                                  "fanotify_init",
+                                  "acct",
+                                  "settimeofday",
+                                  "clock_settime",
+                                  "clock_adjtime",
+                                  "adjtimex",
+                                  "syslog",
+                                  "iopl",
+                                  "ioperm",
+                                  "fsopen",
+                                  "fsmount",
+                                  "move_mount",
+                                  "open_tree"};
   int rc = 0;
   for (const char* name : kDenied) {
     int nr = seccomp_syscall_resolve_name(name);

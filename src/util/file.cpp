@@ -86,9 +86,7 @@ StatusOr<TempDir> TempDir::Create(const fs::path& parent, const std::string& pre
   return TempDir(fs::path(templ));
 }
 
-TempDir::TempDir(TempDir&& other) noexcept : path_(std::move(other.path_)), keep_(other.keep_) {
-  other.path_.clear();
-}
+TempDir::TempDir(TempDir&& other) noexcept : path_(std::move(other.path_)), keep_(other.keep_) { other.path_.clear(); }
 
 TempDir::~TempDir() {
   if (path_.empty() || keep_) return;

@@ -26,11 +26,20 @@ spdlog::logger& Logger() {
 void Write(Level level, std::string_view message) {
   if (level < g_level.load()) return;
   switch (level) {
-    case Level::kDebug: Logger().debug("{}", message); break;
-    case Level::kInfo: Logger().info("{}", message); break;
-    case Level::kWarn: Logger().warn("{}", message); break;
-    case Level::kError: Logger().error("{}", message); break;
-    case Level::kOff: break;
+    case Level::kDebug:
+      Logger().debug("{}", message);
+      break;
+    case Level::kInfo:
+      Logger().info("{}", message);
+      break;
+    case Level::kWarn:
+      Logger().warn("{}", message);
+      break;
+    case Level::kError:
+      Logger().error("{}", message);
+      break;
+    case Level::kOff:
+      break;
   }
 }
 
@@ -38,12 +47,18 @@ void SetLevel(Level level) { g_level.store(level); }
 Level GetLevel() { return g_level.load(); }
 
 bool ParseLevel(std::string_view name, Level* level) {
-  if (name == "debug") *level = Level::kDebug;
-  else if (name == "info") *level = Level::kInfo;
-  else if (name == "warn") *level = Level::kWarn;
-  else if (name == "error") *level = Level::kError;
-  else if (name == "off") *level = Level::kOff;
-  else return false;
+  if (name == "debug")
+    *level = Level::kDebug;
+  else if (name == "info")
+    *level = Level::kInfo;
+  else if (name == "warn")
+    *level = Level::kWarn;
+  else if (name == "error")
+    *level = Level::kError;
+  else if (name == "off")
+    *level = Level::kOff;
+  else
+    return false;
   return true;
 }
 

@@ -30,8 +30,8 @@ class JudgeGpuTest : public ::testing::TestWithParam<GpuCase> {
 
 TEST_P(JudgeGpuTest, Verdict) {
   const GpuCase& c = GetParam();
-  auto config = config::LoadConfig("", {"judge.backend=cuda", std::string("judge.cache_dir=") + CUDA_AGENT_TEST_CACHE,
-                                        "sandbox.allow_weaker=true"});
+  auto config = config::LoadConfig(
+      "", {"judge.backend=cuda", std::string("judge.cache_dir=") + CUDA_AGENT_TEST_CACHE, "sandbox.allow_weaker=true"});
   ASSERT_TRUE(config.ok());
   auto judge = Judge::Create(config->judge, config->sandbox);
   ASSERT_TRUE(judge.ok()) << judge.status().ToString();

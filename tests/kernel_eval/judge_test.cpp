@@ -2,15 +2,13 @@
 // the sandbox. Each test judges one candidate from fixtures/.
 #include "cuda_agent/kernel_eval/judge.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "common/loopback_listener.h"
 #include "cuda_agent/config/config.h"
 #include "cuda_agent/kernel_eval/reward.h"
 
@@ -80,8 +78,7 @@ TEST_P(HonestTest, IsOkWithTheMilestoneReward) {
 INSTANTIATE_TEST_SUITE_P(Ops, HonestTest,
                          ::testing::Values(Honest{"relu", "cpu/relu_ok.py"}, Honest{"add", "cpu/add_ok.py"},
                                            Honest{"scale_bias", "cpu/scale_bias_ws"},
-                                           Honest{"softmax", "cpu/softmax_ok.py"},
-                                           Honest{"row_sum", "cpu/row_sum_ws"},
+                                           Honest{"softmax", "cpu/softmax_ok.py"}, Honest{"row_sum", "cpu/row_sum_ws"},
                                            Honest{"matmul", "cpu/matmul_ok.py"}),
                          [](const auto& info) { return std::string(info.param.task); });
 
@@ -160,7 +157,8 @@ INSTANTIATE_TEST_SUITE_P(
     Attacks, CheatTest,
     ::testing::Values(
         // PyTorch compute instead of a kernel: seen by the linter, or only at run time.
-        Cheat{"TorchInForward", "cheats/torch_in_forward.py", Outcome::kForbidden, "torch.relu is PyTorch compute", true},
+        Cheat{"TorchInForward", "cheats/torch_in_forward.py", Outcome::kForbidden, "torch.relu is PyTorch compute",
+              true},
         Cheat{"TensorMethod", "cheats/tensor_method.py", Outcome::kForbidden, "aten::clamp", true},
         Cheat{"AtenFromCpp", "cheats/aten_from_cpp.py", Outcome::kForbidden, "aten::relu", true},
         Cheat{"TryFallback", "cheats/try_fallback.py", Outcome::kForbidden, "try/except", true},
@@ -216,7 +214,8 @@ TEST_F(JudgeTest, ForkBombIsContained) {
 }
 
 TEST_F(JudgeTest, MemoryBombIsKilled) {
-  Verdict v = MustJudge("relu", "unlinted/memory_bomb.py", {"judge.static_checks=false", "sandbox.memory_limit_mb=1536"});
+  Verdict v =
+      MustJudge("relu", "unlinted/memory_bomb.py", {"judge.static_checks=false", "sandbox.memory_limit_mb=1536"});
   EXPECT_EQ(v.outcome, Outcome::kRuntimeError) << Describe(v);
   EXPECT_NE(v.message.find("memory limit"), std::string::npos) << v.message;
 }
@@ -236,26 +235,20 @@ fs::path WriteCandidate(const std::string& name, const std::string& body) {
 }
 
 TEST_F(JudgeTest, NetworkIsUnreachable) {
-  int server = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(server, 4), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len);
+  testing::LoopbackListener listener;
+  ASSERT_TRUE(listener.ok());
   fs::path cand = WriteCandidate("network", "        import socket\n        socket.create_connection((\"127.0.0.1\", " +
-                                                std::to_string(ntohs(addr.sin_port)) + "), timeout=3)\n        return x\n");
+                                                std::to_string(listener.port()) + "), timeout=3)\n        return x\n");
   Verdict v = MustJudge("relu", cand, {"judge.static_checks=false"});
   EXPECT_EQ(v.outcome, Outcome::kRuntimeError) << Describe(v);
   EXPECT_NE(v.message.find("Operation not permitted"), std::string::npos) << v.message;
-  EXPECT_LT(::accept(server, nullptr, nullptr), 0) << "the candidate reached the host";
-  ::close(server);
+  EXPECT_FALSE(listener.Reached()) << "the candidate reached the host";
 }
 
 TEST_F(JudgeTest, WritesOutsideTheWorkDirFail) {
   fs::path target = fs::temp_directory_path() / ("judge-escape-" + std::to_string(::getpid()));
-  fs::path cand = WriteCandidate("write", "        open(\"" + target.string() + "\", \"w\").write(\"x\")\n        return x\n");
+  fs::path cand =
+      WriteCandidate("write", "        open(\"" + target.string() + "\", \"w\").write(\"x\")\n        return x\n");
   Verdict v = MustJudge("relu", cand, {"judge.static_checks=false"});
   EXPECT_EQ(v.outcome, Outcome::kRuntimeError) << Describe(v);
   EXPECT_NE(v.message.find("Read-only file system"), std::string::npos) << v.message;

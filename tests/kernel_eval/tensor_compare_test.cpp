@@ -51,8 +51,8 @@ TEST(TensorCompareTest, NanPolicy) {
 }
 
 TEST(TensorFileTest, HalfPrecisionDecodes) {
-  EXPECT_EQ(Half(0x3c00)[0], 1.0);    // 1.0
-  EXPECT_EQ(Half(0xc000)[0], -2.0);   // -2.0
+  EXPECT_EQ(Half(0x3c00)[0], 1.0);                   // 1.0
+  EXPECT_EQ(Half(0xc000)[0], -2.0);                  // -2.0
   EXPECT_EQ(Half(0x0001)[0], std::ldexp(1.0, -24));  // smallest subnormal
   EXPECT_TRUE(std::isinf(Half(0x7c00)[0]));
   EXPECT_TRUE(std::isnan(Half(0x7e00)[0]));

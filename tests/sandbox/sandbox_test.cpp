@@ -1,18 +1,16 @@
 // Containment of hostile processes by the sandbox itself (no torch, no judge).
 #include "cuda_agent/sandbox/sandbox.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "common/loopback_listener.h"
 #include "cuda_agent/util/file.h"
 
 namespace cuda_agent::sandbox {
@@ -110,28 +108,21 @@ TEST_F(SandboxTest, HiddenDirectoriesAreEmpty) {
 }
 
 TEST_F(SandboxTest, NoNetworkEvenToTheHostLoopback) {
-  int server = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  ASSERT_GE(server, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(server, 4), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
+  testing::LoopbackListener listener;
+  ASSERT_TRUE(listener.ok());
+  int port = listener.port();
   Result r = Run("python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", " + std::to_string(port) +
                  "), timeout=3)'");
   EXPECT_NE(r.exit.exit_code, 0);
   EXPECT_NE(r.err.find("Operation not permitted"), std::string::npos) << r.err;
-  EXPECT_LT(::accept(server, nullptr, nullptr), 0) << "the host listener was reached";
-  ::close(server);
+  EXPECT_FALSE(listener.Reached()) << "the host listener was reached";
 }
 
 TEST_F(SandboxTest, SeccompDeniesNamespaceAndPtraceSyscalls) {
   // unshare(CLONE_NEWNS) and ptrace(PTRACE_TRACEME) both fail with EPERM (errno 1).
-  Result r = Run("python3 -c 'import ctypes; c = ctypes.CDLL(None, use_errno=True); "
-                 "print(c.unshare(0x20000), ctypes.get_errno()); print(c.ptrace(0, 0, 0, 0), ctypes.get_errno())'");
+  Result r =
+      Run("python3 -c 'import ctypes; c = ctypes.CDLL(None, use_errno=True); "
+          "print(c.unshare(0x20000), ctypes.get_errno()); print(c.ptrace(0, 0, 0, 0), ctypes.get_errno())'");
   EXPECT_EQ(r.out, "-1 1\n-1 1\n") << r.err;
 }
 

@@ -15,11 +15,11 @@ namespace cuda_agent::config {
 struct ConfigNode {
   enum class Kind { kNull, kScalar, kMap, kSeq };
   Kind kind = Kind::kNull;
-  std::string scalar;                                 // kScalar
+  std::string scalar;                                   // kScalar
   std::vector<std::pair<std::string, ConfigNode>> map;  // kMap, in file order
-  std::vector<ConfigNode> seq;                        // kSeq
-  std::string file;                                   // origin, for messages
-  int line = 0;                                       // 1-based; 0 when synthetic
+  std::vector<ConfigNode> seq;                          // kSeq
+  std::string file;                                     // origin, for messages
+  int line = 0;                                         // 1-based; 0 when synthetic
   int column = 0;
 
   // "configs/a.yaml:12:3" or "--set judge.atol" for overrides.

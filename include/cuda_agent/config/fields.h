@@ -89,8 +89,8 @@ class FieldReader {
       FieldReader sub(*child, full + ".");
       field.Visit(sub);
       status_ = sub.Finish();
-    } else if constexpr (std::is_same_v<T, std::vector<std::string>> ||
-                         std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int64_t>> ||
+                         std::is_same_v<T, std::vector<double>>) {
       if (child->kind != ConfigNode::Kind::kSeq) return Fail(*child, full, "expected a list");
       T values;
       for (const auto& item : child->seq) {
@@ -159,8 +159,8 @@ class FieldWriter {
       FieldWriter sub(indent_ + 2);
       field.Visit(sub);
       out_ << sub.str();
-    } else if constexpr (std::is_same_v<T, std::vector<std::string>> ||
-                         std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int64_t>> ||
+                         std::is_same_v<T, std::vector<double>>) {
       out_ << pad << key << ": [";
       for (size_t i = 0; i < field.size(); ++i) out_ << (i ? ", " : "") << FormatScalar(field[i]);
       out_ << "]\n";

@@ -32,17 +32,55 @@ struct JudgeConfig {
   std::vector<std::string> nvcc_flags{"-O3", "--use_fast_math"};
   std::vector<std::string> cxx_flags{"-O3"};
   std::vector<std::string> link_libraries{"cublas", "cudnn"};
-  std::vector<std::string> allowed_torch_ops{
-      "aten::empty.memory_format", "aten::empty_strided", "aten::empty_like", "aten::zeros", "aten::zeros_like",
-      "aten::ones", "aten::ones_like", "aten::full", "aten::new_empty", "aten::new_empty_strided",
-      "aten::new_zeros", "aten::new_ones", "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::expand",
-      "aten::permute", "aten::transpose.int", "aten::t", "aten::squeeze.dim", "aten::squeeze.dims",
-      "aten::squeeze", "aten::unsqueeze", "aten::flatten.using_ints", "aten::slice.Tensor", "aten::select.int",
-      "aten::as_strided", "aten::alias", "aten::detach", "aten::contiguous", "aten::clone", "aten::copy_",
-      "aten::_to_copy", "aten::to.dtype", "aten::split.Tensor", "aten::chunk", "aten::unbind.int",
-      "aten::lift_fresh", "aten::zero_", "aten::fill_.Scalar", "aten::resize_", "aten::is_contiguous",
-      "aten::size", "aten::stride", "aten::sym_size.int", "aten::sym_stride.int", "aten::sym_numel",
-      "aten::_local_scalar_dense", "aten::item"};
+  std::vector<std::string> allowed_torch_ops{"aten::empty.memory_format",
+                                             "aten::empty_strided",
+                                             "aten::empty_like",
+                                             "aten::zeros",
+                                             "aten::zeros_like",
+                                             "aten::ones",
+                                             "aten::ones_like",
+                                             "aten::full",
+                                             "aten::new_empty",
+                                             "aten::new_empty_strided",
+                                             "aten::new_zeros",
+                                             "aten::new_ones",
+                                             "aten::view",
+                                             "aten::_unsafe_view",
+                                             "aten::reshape",
+                                             "aten::expand",
+                                             "aten::permute",
+                                             "aten::transpose.int",
+                                             "aten::t",
+                                             "aten::squeeze.dim",
+                                             "aten::squeeze.dims",
+                                             "aten::squeeze",
+                                             "aten::unsqueeze",
+                                             "aten::flatten.using_ints",
+                                             "aten::slice.Tensor",
+                                             "aten::select.int",
+                                             "aten::as_strided",
+                                             "aten::alias",
+                                             "aten::detach",
+                                             "aten::contiguous",
+                                             "aten::clone",
+                                             "aten::copy_",
+                                             "aten::_to_copy",
+                                             "aten::to.dtype",
+                                             "aten::split.Tensor",
+                                             "aten::chunk",
+                                             "aten::unbind.int",
+                                             "aten::lift_fresh",
+                                             "aten::zero_",
+                                             "aten::fill_.Scalar",
+                                             "aten::resize_",
+                                             "aten::is_contiguous",
+                                             "aten::size",
+                                             "aten::stride",
+                                             "aten::sym_size.int",
+                                             "aten::sym_stride.int",
+                                             "aten::sym_numel",
+                                             "aten::_local_scalar_dense",
+                                             "aten::item"};
   bool static_checks = true;
   double speed_margin = 0.05;
   std::string reward = "milestone";
@@ -72,13 +110,14 @@ struct JudgeConfig {
     v("warmup_trials", warmup_trials, "untimed calls before timing", Range{0, 100000});
     v("timed_trials", timed_trials, "timed calls per implementation (eager, torch.compile, candidate)",
       Range{3, 100000});
-    v("input_pool", input_pool, "distinct random input sets the timed calls rotate through (each call also "
-      "gets its own scale, so no two timed calls see the same input)", Range{2, 64});
+    v("input_pool", input_pool,
+      "distinct random input sets the timed calls rotate through (each call also "
+      "gets its own scale, so no two timed calls see the same input)",
+      Range{2, 64});
     v("flush_cache", flush_cache, "flush the L2 (cuda) or last-level cache (cpu) before every timed call");
     v("flush_bytes", flush_bytes, "bytes written to flush caches; 0 picks twice the cache size", Range{0, 1e12});
     v("tf32", tf32, "allow TF32 matmuls/convolutions in the eager and torch.compile baselines");
-    v("cpu_threads", cpu_threads, "torch intra-op threads for all implementations on the cpu backend",
-      Range{1, 1024});
+    v("cpu_threads", cpu_threads, "torch intra-op threads for all implementations on the cpu backend", Range{1, 1024});
     v("compile_timeout_s", compile_timeout_s, "wall-clock limit of one candidate build, seconds", Range{1, 86400});
     v("run_timeout_s", run_timeout_s, "wall-clock limit of one verify+profile run, seconds", Range{1, 86400});
     v("cuda_arch", cuda_arch, "nvcc target such as sm_90; empty detects the GPU's");
@@ -93,8 +132,10 @@ struct JudgeConfig {
       "leaves only the run-time checks and the sandbox, and is recorded in the verdict");
     v("speed_margin", speed_margin, "a candidate is faster than a baseline when (t_base - t) / t_base > this",
       Range{0, 10});
-    v("reward", reward, "milestone (-1/1/2/3 of the paper), speedup (speedup over eager if correct, else -1) "
-      "or kevin (0.3*correct + speedup*correct)", OneOf{{"milestone", "speedup", "kevin"}});
+    v("reward", reward,
+      "milestone (-1/1/2/3 of the paper), speedup (speedup over eager if correct, else -1) "
+      "or kevin (0.3*correct + speedup*correct)",
+      OneOf{{"milestone", "speedup", "kevin"}});
     v("timing_mismatch_factor", timing_mismatch_factor,
       "FORBIDDEN when the trusted wall clock of the timed loop exceeds the candidate's own reported time "
       "by more than this factor (after subtracting the loop overhead measured on the baseline)",

@@ -34,8 +34,8 @@ struct PythonEnv {
   std::vector<std::filesystem::path> readable;  // directories harness processes must read
   std::string torch_version;
   bool cuda_available = false;
-  std::string device_name;                      // GPU name, or "cpu"
-  std::string cuda_arch;                        // "sm_90"
+  std::string device_name;  // GPU name, or "cpu"
+  std::string cuda_arch;    // "sm_90"
 };
 
 class Judge {

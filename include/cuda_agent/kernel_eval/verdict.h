@@ -27,8 +27,8 @@ bool ParseOutcome(const std::string& name, Outcome* outcome);
 struct TimingStats {
   double median_ms = 0, min_ms = 0, max_ms = 0, mean_ms = 0, stddev_ms = 0;
   int trials = 0;
-  double wall_ms = 0;  // trusted wall clock of the whole timed loop, from the judge's side
-  bool cached = false; // taken from the baseline cache
+  double wall_ms = 0;   // trusted wall clock of the whole timed loop, from the judge's side
+  bool cached = false;  // taken from the baseline cache
   static TimingStats FromSamples(std::vector<double> times_ms);
   nlohmann::json ToJson() const;
 };
@@ -49,7 +49,7 @@ struct Verdict {
 
   std::string compile_log;  // truncated compiler / import output
   std::vector<std::string> compile_commands;
-  std::string run_log;      // truncated stderr of the candidate's process on failure
+  std::string run_log;  // truncated stderr of the candidate's process on failure
   std::vector<CheckResult> checks;
 
   bool timed = false;

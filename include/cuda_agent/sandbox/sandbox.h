@@ -57,13 +57,13 @@ struct SpawnSpec {
 struct ExitInfo {
   int exit_code = -1;  // -1 when it died of a signal
   int signal = 0;
-  bool timed_out = false;       // killed at the wall-clock limit
-  bool oom_killed = false;      // the cgroup's memory limit fired
-  bool cpu_limit = false;       // RLIMIT_CPU
-  bool file_size_limit = false; // RLIMIT_FSIZE (SIGXFSZ)
+  bool timed_out = false;        // killed at the wall-clock limit
+  bool oom_killed = false;       // the cgroup's memory limit fired
+  bool cpu_limit = false;        // RLIMIT_CPU
+  bool file_size_limit = false;  // RLIMIT_FSIZE (SIGXFSZ)
   double wall_s = 0;
   int64_t peak_memory_bytes = -1;
-  std::string setup_error;      // non-empty when the sandbox failed before the program ran
+  std::string setup_error;  // non-empty when the sandbox failed before the program ran
   bool Succeeded() const { return exit_code == 0 && !timed_out; }
   // "exit 1", "killed by SIGSEGV", "killed: memory limit", "timed out after 30 s".
   std::string Describe() const;

@@ -40,7 +40,7 @@ class LineWriter {
 
 }  // namespace cuda_agent::log
 
-#define CA_LOG(level)                                                             \
-  if (::cuda_agent::log::Level::level < ::cuda_agent::log::GetLevel()) {          \
-  } else                                                                          \
+#define CA_LOG(level)                                                    \
+  if (::cuda_agent::log::Level::level < ::cuda_agent::log::GetLevel()) { \
+  } else                                                                 \
     ::cuda_agent::log::LineWriter(::cuda_agent::log::Level::level)

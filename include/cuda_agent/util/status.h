@@ -14,13 +14,13 @@ namespace cuda_agent {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // bad input from the user: file, line, value
-  kNotFound,           // a named file, key or object does not exist
-  kFailedPrecondition, // the host or state cannot do this (no GPU, no namespaces)
-  kDeadlineExceeded,   // a wall-clock limit ran out
-  kUnavailable,        // transient infrastructure failure; may be retried
-  kCancelled,          // the caller gave up
-  kInternal,           // a broken invariant of infrastructure (worker died)
+  kInvalidArgument,     // bad input from the user: file, line, value
+  kNotFound,            // a named file, key or object does not exist
+  kFailedPrecondition,  // the host or state cannot do this (no GPU, no namespaces)
+  kDeadlineExceeded,    // a wall-clock limit ran out
+  kUnavailable,         // transient infrastructure failure; may be retried
+  kCancelled,           // the caller gave up
+  kInternal,            // a broken invariant of infrastructure (worker died)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -55,7 +55,7 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) status_ = Internal("StatusOr constructed from an OK status");
   }
@@ -80,20 +80,20 @@ class [[nodiscard]] StatusOr {
 }  // namespace cuda_agent
 
 // Assertion for bugs (never for bad input): prints file and line and aborts.
-#define CA_CHECK(cond)                                                  \
-  do {                                                                  \
+#define CA_CHECK(cond)                                                     \
+  do {                                                                     \
     if (!(cond)) ::cuda_agent::CheckFailed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
-#define CA_CHECK_MSG(cond, msg)                                            \
-  do {                                                                     \
+#define CA_CHECK_MSG(cond, msg)                                               \
+  do {                                                                        \
     if (!(cond)) ::cuda_agent::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
 
 // Propagates a non-OK Status from an expression returning Status.
-#define CA_RETURN_IF_ERROR(expr)                   \
-  do {                                             \
-    ::cuda_agent::Status _ca_status = (expr);      \
-    if (!_ca_status.ok()) return _ca_status;       \
+#define CA_RETURN_IF_ERROR(expr)              \
+  do {                                        \
+    ::cuda_agent::Status _ca_status = (expr); \
+    if (!_ca_status.ok()) return _ca_status;  \
   } while (0)
 
 #define CA_CONCAT_INNER(a, b) a##b

@@ -6,5 +6,5 @@
 // several seconds faster.
 #pragma once
 
-#include <torch/types.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/types.h>
