@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto check = cuda_agent::cli::AddCheckCommand(&app);
   auto config = cuda_agent::cli::AddConfigCommand(&app);
+  auto worker = cuda_agent::cli::AddWorkerCommand(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -18,5 +19,6 @@ int main(int argc, char** argv) {
   }
   if (app.got_subcommand("check")) return check();
   if (app.got_subcommand("config")) return config();
+  if (app.got_subcommand("worker")) return worker();
   return 2;
 }

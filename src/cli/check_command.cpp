@@ -18,15 +18,11 @@ void AddConfigOptions(CLI::App* command, ConfigOptions* options) {
   command->add_flag("--dump-config", options->dump_config, "print the resolved config as YAML and exit");
 }
 
-namespace {
-
 int Fail(const Status& status) {
   std::cerr << "error: " << status.ToString() << "\n";
   bool usage = status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kNotFound;
   return usage ? 2 : 1;
 }
-
-}  // namespace
 
 std::function<int()> AddCheckCommand(CLI::App* app) {
   struct Options {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_agent/util/status.h"
+
 namespace cuda_agent::cli {
 
 // Options every subcommand that reads a config shares.
@@ -23,5 +25,10 @@ void AddConfigOptions(CLI::App* command, ConfigOptions* options);
 std::function<int()> AddCheckCommand(CLI::App* app);
 // Registers `config` (load, validate and print a config).
 std::function<int()> AddConfigCommand(CLI::App* app);
+// Registers `worker` (serve the judge over gRPC).
+std::function<int()> AddWorkerCommand(CLI::App* app);
+
+// Prints `status` and returns the exit code for it: 2 for bad usage or input, 1 otherwise.
+int Fail(const Status& status);
 
 }  // namespace cuda_agent::cli

@@ -469,6 +469,7 @@ StatusOr<bool> Evaluation::Verify() {
 
 StatusOr<bool> Evaluation::Profile() {
   const auto& cfg = judge_.config_;
+  std::lock_guard<std::mutex> timing_lock(judge_.timing_mu_);
   auto start = Clock::now();
   int64_t timing_seed = static_cast<int64_t>(rng_() % 1000000000ULL) + 1;
   int64_t post_seed = static_cast<int64_t>(rng_() % 1000000000ULL) + 1;

@@ -157,8 +157,10 @@ int RunTarget(ChildPlan* plan) {
   r.rlim_cur = r.rlim_max = 0;
   ::setrlimit(RLIMIT_CORE, &r);
   if (plan->drop_uid) {
-    if (::setgroups(0, nullptr) != 0 || ::setresgid(plan->gid, plan->gid, plan->gid) != 0 ||
-        ::setresuid(plan->uid, plan->uid, plan->uid) != 0)
+    // Raw syscalls: glibc's wrappers would try to broadcast the change to the
+    // judge's other threads, which this cloned process inherited only on paper.
+    if (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, plan->gid, plan->gid, plan->gid) != 0 ||
+        ::syscall(SYS_setresuid, plan->uid, plan->uid, plan->uid) != 0)
       SetupFailed(plan, kStepPrivileges);
   }
   if (plan->cwd != nullptr && ::chdir(plan->cwd) != 0) SetupFailed(plan, kStepChdir);
@@ -199,8 +201,26 @@ int SetUpMounts(ChildPlan* plan) {
   return 0;
 }
 
+// Closes every descriptor but this sandbox's own. Another thread's Spawn() may
+// have had pipes open when we were cloned; an init never execs, so without this
+// it would hold their ends open and the other sandbox would never see EOF.
+void CloseForeignDescriptors(const ChildPlan* plan) {
+  int keep[8] = {plan->sync_read,     plan->status_write, plan->setup_write, plan->stdin_read,
+                 plan->message_write, plan->stdout_fd,    plan->stderr_fd,   2};
+  for (int i = 1; i < 8; ++i)  // insertion sort, no allocation
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
+  unsigned next = 3;
+  for (int fd : keep) {
+    if (fd < static_cast<int>(next)) continue;
+    if (static_cast<unsigned>(fd) > next) ::syscall(SYS_close_range, next, static_cast<unsigned>(fd) - 1, 0);
+    next = static_cast<unsigned>(fd) + 1;
+  }
+  ::syscall(SYS_close_range, next, ~0U, 0);
+}
+
 int InitMain(void* arg) {
   auto* plan = static_cast<ChildPlan*>(arg);
+  CloseForeignDescriptors(plan);
   // If the judge dies, the sandbox dies with it (the kernel then kills the
   // whole pid namespace). Note: tied to the spawning thread's lifetime.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -213,7 +233,9 @@ int InitMain(void* arg) {
     WriteAll(plan->setup_write, &c, 1);
     Die(plan->status_write, kSetupMountFailed);
   }
-  pid_t target = ::fork();
+  // A raw clone, not fork(): glibc's fork() takes malloc's locks, which another
+  // thread of the judge may have held when this init was cloned.
+  pid_t target = static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr));
   if (target < 0) Die(plan->status_write, kSetupExecFailed);
   if (target == 0) RunTarget(plan);
   WriteAll(plan->status_write, &target, sizeof target);

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "common/loopback_listener.h"
 #include "cuda_agent/util/file.h"
@@ -168,6 +170,46 @@ TEST_F(SandboxTest, SetupFailuresAreReportedNotConfusedWithExitCodes) {
   ::chmod(dir_->path().c_str(), 0700);  // the work dir becomes unreachable for nobody
   Result r = Run("true");
   EXPECT_NE(r.exit.setup_error.find("working directory"), std::string::npos) << r.exit.Describe();
+}
+
+// Regression: spawns racing on several threads once leaked each other's pipe
+// ends into never-exec'ing init processes, and glibc's setuid broadcast
+// deadlocked in cloned children. Every run must finish promptly.
+TEST_F(SandboxTest, ConcurrentSpawnsFromManyThreadsAllFinish) {
+  auto sandbox = Sandbox::Create(config_);
+  ASSERT_TRUE(sandbox.ok());
+  std::atomic<int> finished{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 15; ++i) {
+        SpawnSpec spec;
+        spec.argv = {"/bin/sh", "-c", "read line; echo \"$line\" >&3"};
+        spec.env = {"PATH=/usr/bin:/bin"};
+        spec.cwd = work_;
+        spec.binds = {{work_, true}};
+        spec.stdout_path = dir_->path() / ("out" + std::to_string(t));
+        spec.stderr_path = dir_->path() / ("err" + std::to_string(t));
+        auto proc = (*sandbox)->Spawn(spec);
+        if (!proc.ok()) {
+          ++failed;
+          continue;
+        }
+        std::string line = "ping\n";
+        if (::write((*proc)->stdin_fd(), line.data(), line.size()) != 5) ++failed;
+        (*proc)->CloseStdin();
+        char buf[16] = {};
+        // The reply, then EOF on fd 3 once the tree is gone.
+        ssize_t n = ::read((*proc)->message_fd(), buf, sizeof buf);
+        auto exit = (*proc)->Wait(Clock::now() + std::chrono::seconds(20));
+        if (n != 5 || !exit.ok() || exit->timed_out || exit->exit_code != 0) ++failed;
+        ++finished;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(finished.load(), 120);
+  EXPECT_EQ(failed.load(), 0);
 }
 
 TEST_F(SandboxTest, ExplicitlyUnisolatedModeIsRecorded) {

@@ -8,6 +8,7 @@
 #include "cuda_agent/config/fields.h"
 #include "cuda_agent/config/judge_config.h"
 #include "cuda_agent/config/sandbox_config.h"
+#include "cuda_agent/config/worker_config.h"
 
 namespace cuda_agent::config {
 
@@ -15,12 +16,16 @@ struct Config {
   std::string log_level = "info";
   SandboxConfig sandbox;
   JudgeConfig judge;
+  WorkerConfig worker;
+  ClientConfig client;
 
   template <class V>
   void Visit(V& v) {
     v("log_level", log_level, "debug, info, warn, error or off", OneOf{{"debug", "info", "warn", "error", "off"}});
     v("sandbox", sandbox, "isolation of every compile and run of candidate code");
     v("judge", judge, "how candidate kernels are compiled, verified, timed and rewarded");
+    v("worker", worker, "the rollout worker service (cuda-agent worker)");
+    v("client", client, "how trainers and evaluators reach workers");
   }
 };
 

@@ -64,6 +64,7 @@ class Judge {
   std::filesystem::path work_root_;
   std::filesystem::path cache_dir_;
   std::unique_ptr<BaselineCache> baselines_;
+  std::mutex timing_mu_;  // one timing phase at a time: concurrent timing would skew both
   std::mutex pch_mu_;
   bool pch_ready_ = false;  // guarded by pch_mu_
 };

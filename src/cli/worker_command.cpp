@@ -1,0 +1,49 @@
+// `cuda-agent worker --config configs/worker.yaml`: serve the judge over gRPC
+// until SIGINT/SIGTERM, then drain (running evaluations get 30 s to finish).
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "cuda_agent/config/config.h"
+#include "cuda_agent/kernel_eval/judge.h"
+#include "cuda_agent/rpc/worker_server.h"
+#include "cuda_agent/util/log.h"
+
+namespace cuda_agent::cli {
+
+std::function<int()> AddWorkerCommand(CLI::App* app) {
+  auto opts = std::make_shared<ConfigOptions>();
+  CLI::App* cmd = app->add_subcommand("worker", "serve sandboxed kernel evaluation over gRPC");
+  AddConfigOptions(cmd, opts.get());
+  return [opts]() -> int {
+    auto config = config::LoadConfig(opts->config_path, opts->overrides);
+    if (!config.ok()) return Fail(config.status());
+    if (opts->dump_config) {
+      std::cout << config::DumpConfig(*config);
+      return 0;
+    }
+    log::Level level;
+    if (log::ParseLevel(config->log_level, &level)) log::SetLevel(level);
+    // Block the stop signals before any thread starts; one thread waits for them.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    auto judge = kernel_eval::Judge::Create(config->judge, config->sandbox);
+    if (!judge.ok()) return Fail(judge.status());
+    auto server = rpc::WorkerServer::Start(config->worker, std::shared_ptr<kernel_eval::Judge>(std::move(*judge)));
+    if (!server.ok()) return Fail(server.status());
+    std::cout << "serving on " << (*server)->address() << std::endl;
+    int sig = 0;
+    sigwait(&stop, &sig);
+    CA_LOG(kInfo) << "signal " << sig << ": draining";
+    (*server)->Shutdown(30);
+    (*server)->Wait();
+    return 0;
+  };
+}
+
+}  // namespace cuda_agent::cli
