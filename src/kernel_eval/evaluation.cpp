@@ -565,7 +565,8 @@ StatusOr<bool> Evaluation::Profile() {
     if (!c["forbidden_ops"].empty()) {
       for (const auto& op : c["forbidden_ops"])
         verdict_.cheats.push_back("dispatched PyTorch op " + op.get<std::string>());
-      return Decide(Outcome::kForbidden, "ModelNew.forward ran PyTorch compute after timing");
+      return Decide(Outcome::kForbidden,
+                    "ModelNew.forward ran PyTorch compute in spot-checked timed calls or after timing");
     }
     for (const auto& t : c["tampered"]) verdict_.cheats.push_back("replaced " + t.get<std::string>());
     if (!verdict_.cheats.empty()) return Decide(Outcome::kForbidden, "tampering: " + verdict_.cheats.front());

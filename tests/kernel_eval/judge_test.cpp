@@ -166,6 +166,7 @@ INSTANTIATE_TEST_SUITE_P(
         // Caching and phase detection: timed calls see fresh inputs and are checked.
         Cheat{"CacheByPointer", "cheats/cache_by_pointer.py", Outcome::kIncorrect, "differ", true},
         Cheat{"PhaseDetect", "cheats/phase_detect.py", Outcome::kIncorrect, "timed calls returned wrong values", true},
+        Cheat{"TorchOnlyWhenTimed", "cheats/torch_only_when_timed.py", Outcome::kForbidden, "aten::clamp", true},
         // Lazy outputs, aliasing, in-place changes, lower precision.
         Cheat{"LazySubclass", "cheats/lazy_subclass.py", Outcome::kIncorrect, "not a plain torch.Tensor", true},
         Cheat{"AliasInput", "cheats/alias_input.py", Outcome::kIncorrect, "shares memory with an input", true},

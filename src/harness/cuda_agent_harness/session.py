@@ -56,6 +56,7 @@ class CommandLoop:
       {"cmd": "quit"}
     `impls` maps NAME to a zero-argument factory returning the callable to time.
     `run_post(fn, tag, inputs)` runs one post-timing check and returns its message fields.
+    `on_trial(k, args)` runs after timed call k (untimed), with `self.timing_seed` set.
     """
 
     def __init__(self, channel, task, spec, device, impls, run_post, out_dir, on_trial=None):

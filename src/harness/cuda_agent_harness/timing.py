@@ -64,7 +64,7 @@ def warmup(fn, trial_inputs, count, sync):
 def run_trials(fn, trial_inputs, trials, clock, positions, on_trial=None):
     """Times `trials` calls. Returns (times_ms, samples) where samples[j] is a
     (trials, len(positions[j])) float64 tensor of output j's values at the
-    secret sample positions."""
+    secret sample positions. `on_trial(k, args)` runs after call k, untimed."""
     times = []
     rows = None
     for k in range(trials):
@@ -80,7 +80,7 @@ def run_trials(fn, trial_inputs, trials, clock, positions, on_trial=None):
             idx = torch.tensor([p % max(flat.numel(), 1) for p in pos], dtype=torch.long, device=flat.device)
             rows[j].append(flat[idx].to(torch.float64).cpu() if flat.numel() else torch.zeros(len(pos), dtype=torch.float64))
         if on_trial is not None:
-            on_trial(k)
+            on_trial(k, args)
         del out, outs, args
     samples = [torch.stack(r) for r in (rows or [])]
     return times, samples
