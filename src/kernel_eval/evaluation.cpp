@@ -76,8 +76,12 @@ std::string JoinViolations(const json& violations, std::vector<std::string>* che
 
 }  // namespace
 
-Evaluation::Evaluation(Judge& judge, const Task& task, const Candidate& candidate)
-    : judge_(judge), task_(task), candidate_(candidate), rng_(std::random_device{}()) {}
+Evaluation::Evaluation(Judge& judge, const Task& task, const Candidate& candidate, std::function<bool()> cancelled)
+    : judge_(judge),
+      task_(task),
+      candidate_(candidate),
+      cancelled_(std::move(cancelled)),
+      rng_(std::random_device{}()) {}
 
 Evaluation::~Evaluation() {
   if (reference_) reference_->Kill();
@@ -117,9 +121,12 @@ StatusOr<Verdict> Evaluation::Run() {
   using Phase = StatusOr<bool> (Evaluation::*)();
   bool decided = false;
   for (Phase phase : {&Evaluation::Lint, &Evaluation::ReferenceAndCompile, &Evaluation::Verify, &Evaluation::Profile}) {
-    CA_ASSIGN_OR_RETURN(decided, (this->*phase)());
-    if (decided) break;
+    auto result = (this->*phase)();
+    if (was_cancelled_) break;
+    if (!result.ok()) return result.status();
+    if ((decided = *result)) break;
   }
+  if (was_cancelled_) return Status(StatusCode::kCancelled, "evaluation cancelled by the caller");
   if (!decided) Decide(Outcome::kOk, "correct on every check");
   RewardKind kind = RewardKind::kMilestone;
   ParseRewardKind(cfg.reward, &kind);
@@ -247,11 +254,61 @@ StatusOr<json> Evaluation::Ask(HarnessProcess& process, const json& command, con
                                Clock::time_point deadline) {
   if (!command.is_null()) CA_RETURN_IF_ERROR(process.Send(command));
   while (true) {
-    CA_ASSIGN_OR_RETURN(json msg, process.Receive(deadline));
+    CA_ASSIGN_OR_RETURN(json msg, Receive(process, deadline));
     std::string got = msg.value("event", "");
     if (got == event || got == "error") return msg;
     // Anything else is out of protocol: a forged or stray message.
     return Internal("unexpected harness message '" + got + "' while waiting for '" + event + "'");
+  }
+}
+
+std::string Evaluation::BuildCacheKey() const {
+  const auto& cfg = judge_.config_;
+  Hasher h;
+  h.Add(candidate_.hash).Add(judge_.backend_).Add(cfg.cuda_arch).Add(judge_.python_.torch_version);
+  for (const auto* flags : {&cfg.cxx_flags, &cfg.nvcc_flags, &cfg.link_libraries})
+    for (const auto& f : *flags) h.Add(f);
+  // The harness's build code decides how sources become a module.
+  auto build_py = ReadFile(judge_.harness_dir_ / "cuda_agent_harness" / "build.py");
+  h.Add(build_py.ok() ? *build_py : "");
+  return h.HexDigest().substr(0, 32);
+}
+
+bool Evaluation::RestoreCachedBuild(const std::string& key) {
+  fs::path cached = judge_.cache_dir_ / "builds" / key;
+  if (!fs::exists(cached / "DONE")) return false;
+  std::error_code ec;
+  fs::remove_all(cand_dir_ / "build", ec);
+  if (!CopyTree(cached / "build", cand_dir_ / "build").ok()) return false;
+  if (judge_.sandbox_->isolation().drop_uid)
+    (void)ChownTree(cand_dir_ / "build", static_cast<uid_t>(judge_.sandbox_->config().uid),
+                    static_cast<gid_t>(judge_.sandbox_->config().gid));
+  return true;
+}
+
+void Evaluation::StoreCachedBuild(const std::string& key) {
+  fs::path root = judge_.cache_dir_ / "builds";
+  fs::path tmp = root / (key + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rng_() % 100000));
+  std::error_code ec;
+  if (!CopyTree(cand_dir_ / "build", tmp / "build").ok() || !WriteFileAtomic(tmp / "DONE", "ok\n").ok()) {
+    fs::remove_all(tmp, ec);
+    return;
+  }
+  fs::rename(tmp, root / key, ec);
+  if (ec) fs::remove_all(tmp, ec);  // another evaluation stored it first
+}
+
+StatusOr<json> Evaluation::Receive(HarnessProcess& process, Clock::time_point deadline) {
+  if (!cancelled_) return process.Receive(deadline);
+  while (true) {
+    if (cancelled_()) {
+      process.Kill();
+      was_cancelled_ = true;
+      return Status(StatusCode::kCancelled, "cancelled");
+    }
+    auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(250));
+    auto msg = process.Receive(slice);
+    if (msg.ok() || msg.status().code() != StatusCode::kDeadlineExceeded || slice == deadline) return msg;
   }
 }
 
@@ -278,6 +335,7 @@ Status Evaluation::BuildPch(Judge& judge) {
 }
 
 bool Evaluation::DecideFromExit(HarnessProcess& process, const Status& why, bool compiling) {
+  if (why.code() == StatusCode::kCancelled) return true;  // Run() turns this into an error
   if (why.code() == StatusCode::kDeadlineExceeded) process.Kill();
   auto exit = process.Finish(After(10));
   verdict_.run_log = process.LogTail(static_cast<size_t>(judge_.config_.log_bytes));
@@ -328,21 +386,32 @@ StatusOr<bool> Evaluation::ReferenceAndCompile() {
   }
   CA_ASSIGN_OR_RETURN(reference_, StartHarness("reference", "reference", ref_spec,
                                                {{eval_dir_ / "task", false}, {inductor, true}, {triton, true}}, true));
-  // The candidate build runs while the reference computes its outputs.
-  CA_RETURN_IF_ERROR(judge_.EnsurePch());
+  // The candidate build runs while the reference computes its outputs; a build
+  // of the same sources with the same toolchain and flags is reused.
   auto compile_start = Clock::now();
-  CA_ASSIGN_OR_RETURN(auto compiler,
-                      StartHarness("compile", "compile", CandidateSpec(), {{judge_.cache_dir_ / "pch", false}}, false));
-  auto built = Ask(*compiler, json(), "compiled", After(cfg.compile_timeout_s));
-  Mark("compile", compile_start);
-  if (!built.ok()) return DecideFromExit(*compiler, built.status(), true);
-  (void)compiler->Finish(After(10));
-  verdict_.compile_log = built->value("log", "");
-  for (const auto& c : (*built)["commands"]) verdict_.compile_commands.push_back(c);
-  if (!built->value("ok", false))
-    return Decide(Outcome::kCompileError, built->value("stage", "") == "import"
-                                              ? "model_new.py failed to import"
-                                              : "the candidate's sources failed to compile");
+  std::string build_key = BuildCacheKey();
+  bool cached = RestoreCachedBuild(build_key);
+  verdict_.environment["compile_cached"] = cached;
+  if (cached) {
+    verdict_.compile_log = "(reused the cached build " + build_key + ")";
+    Mark("compile", compile_start);
+  } else {
+    CA_RETURN_IF_ERROR(judge_.EnsurePch());
+    compile_start = Clock::now();
+    CA_ASSIGN_OR_RETURN(auto compiler, StartHarness("compile", "compile", CandidateSpec(),
+                                                    {{judge_.cache_dir_ / "pch", false}}, false));
+    auto built = Ask(*compiler, json(), "compiled", After(cfg.compile_timeout_s));
+    Mark("compile", compile_start);
+    if (!built.ok()) return DecideFromExit(*compiler, built.status(), true);
+    (void)compiler->Finish(After(10));
+    verdict_.compile_log = built->value("log", "");
+    for (const auto& c : (*built)["commands"]) verdict_.compile_commands.push_back(c);
+    if (!built->value("ok", false))
+      return Decide(Outcome::kCompileError, built->value("stage", "") == "import"
+                                                ? "model_new.py failed to import"
+                                                : "the candidate's sources failed to compile");
+    StoreCachedBuild(build_key);
+  }
 
   auto ready = Ask(*reference_, json(), "ready", After(cfg.run_timeout_s));
   Mark("reference", start);
@@ -423,7 +492,7 @@ StatusOr<bool> Evaluation::Verify() {
   std::map<std::string, json> ref_checks;
   for (const auto& c : ref_ready_["checks"]) ref_checks[c["tag"]] = c["outputs"];
   while (true) {
-    auto msg = candidate_process_->Receive(deadline);
+    auto msg = Receive(*candidate_process_, deadline);
     if (!msg.ok()) {
       Mark("verify", start);
       return DecideFromExit(*candidate_process_, msg.status(), false);
@@ -482,6 +551,7 @@ StatusOr<bool> Evaluation::Profile() {
 
   // Baselines, in the reference's process.
   auto ref_fail = [&](const StatusOr<json>& m) -> Status {
+    if (was_cancelled_) return Status(StatusCode::kCancelled, "cancelled");
     if (!m.ok())
       return Internal("reference process during timing: " + m.status().message() + "\n" + reference_->LogTail(4000));
     return Internal("reference process during timing: " + m->value("message", ""));

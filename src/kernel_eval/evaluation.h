@@ -2,6 +2,7 @@
 // state they share (scratch directory, harness processes, the verdict so far).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -18,7 +19,7 @@ namespace cuda_agent::kernel_eval {
 
 class Evaluation {
  public:
-  Evaluation(Judge& judge, const Task& task, const Candidate& candidate);
+  Evaluation(Judge& judge, const Task& task, const Candidate& candidate, std::function<bool()> cancelled = nullptr);
   ~Evaluation();
 
   // Lint -> reference + compile -> verify -> profile. Stops at the first phase
@@ -46,6 +47,12 @@ class Evaluation {
   StatusOr<std::unique_ptr<HarnessProcess>> StartHarness(const std::string& name, const std::string& mode,
                                                          nlohmann::json spec, std::vector<sandbox::Bind> binds,
                                                          bool gpu);
+  // The next message, polling the cancellation check; kCancelled once it fires.
+  StatusOr<nlohmann::json> Receive(HarnessProcess& process, Clock::time_point deadline);
+  // Copies a cached build of this candidate into cand/build; false on a miss.
+  bool RestoreCachedBuild(const std::string& key);
+  void StoreCachedBuild(const std::string& key);
+  std::string BuildCacheKey() const;
   // Sends `command` and waits for the matching event; an "error" event is returned too.
   StatusOr<nlohmann::json> Ask(HarnessProcess& process, const nlohmann::json& command, const std::string& event,
                                Clock::time_point deadline);
@@ -62,6 +69,8 @@ class Evaluation {
   std::unique_ptr<HarnessProcess> reference_, candidate_process_;
   nlohmann::json ref_ready_;
   int64_t seed_ = 0;
+  std::function<bool()> cancelled_;
+  bool was_cancelled_ = false;
   std::mt19937_64 rng_;
 };
 

@@ -71,8 +71,8 @@ Status Judge::EnsurePch() {
   return Status::Ok();
 }
 
-StatusOr<Verdict> Judge::Evaluate(const Task& task, const Candidate& candidate) {
-  Evaluation evaluation(*this, task, candidate);
+StatusOr<Verdict> Judge::Evaluate(const Task& task, const Candidate& candidate, std::function<bool()> cancelled) {
+  Evaluation evaluation(*this, task, candidate, std::move(cancelled));
   return evaluation.Run();
 }
 

@@ -151,7 +151,7 @@ class WorkerService final : public v1::Worker::Service {
       if (ctx->IsCancelled()) return Status(StatusCode::CANCELLED, "cancelled while queued");
       ++running_;
     }
-    Status status = EvaluateNow(request, response);
+    Status status = EvaluateNow(ctx, request, response);
     {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
@@ -160,12 +160,14 @@ class WorkerService final : public v1::Worker::Service {
     return status;
   }
 
-  Status EvaluateNow(const v1::EvaluateRequest& request, v1::EvaluateResponse* response) {
+  Status EvaluateNow(ServerContext* ctx, const v1::EvaluateRequest& request, v1::EvaluateResponse* response) {
     auto dir = TempDir::Create(std::filesystem::temp_directory_path() / "cuda-agent-requests", "req-");
     if (!dir.ok()) return Status(StatusCode::INTERNAL, dir.status().message());
     auto m = Materialize(request, dir->path());
     if (!m.ok()) return Status(StatusCode::INVALID_ARGUMENT, m.status().message());
-    auto verdict = judge_->Evaluate(m->task, m->candidate);
+    auto verdict = judge_->Evaluate(m->task, m->candidate, [ctx] { return ctx->IsCancelled(); });
+    if (!verdict.ok() && verdict.status().code() == cuda_agent::StatusCode::kCancelled)
+      return Status(StatusCode::CANCELLED, "cancelled by the client; its sandboxes were stopped");
     if (!verdict.ok()) {
       // A bad task is the caller's error; anything else is ours, and retryable.
       bool caller = verdict.status().code() == cuda_agent::StatusCode::kInvalidArgument;

@@ -115,6 +115,16 @@ TEST_F(JudgeTest, WorkspaceWithoutBindingIsACompileError) {
   EXPECT_NE(v.compile_log.find("no kernels/*_binding.cpp"), std::string::npos) << v.compile_log;
 }
 
+TEST_F(JudgeTest, SecondBuildOfTheSameSourcesComesFromTheCache) {
+  Verdict first = MustJudge("row_sum", "cpu/row_sum_ws");
+  Verdict second = MustJudge("row_sum", "cpu/row_sum_ws");
+  ASSERT_EQ(first.outcome, Outcome::kOk) << Describe(first);
+  ASSERT_EQ(second.outcome, Outcome::kOk) << Describe(second);
+  EXPECT_TRUE(second.environment["compile_cached"].get<bool>());
+  EXPECT_NE(second.compile_log.find("reused the cached build"), std::string::npos);
+  EXPECT_LT(second.phase_seconds["compile"], 1.0);
+}
+
 TEST_F(JudgeTest, DegenerateTaskIsFlagged) {
   Verdict v = MustJudge("constant", "cpu/zeros_ok.py");
   EXPECT_EQ(v.outcome, Outcome::kOk) << Describe(v);

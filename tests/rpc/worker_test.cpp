@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cuda_agent/config/config.h"
@@ -124,6 +125,36 @@ TEST_F(WorkerTest, AKilledWorkersRequestIsFinishedByTheOther) {
   EXPECT_EQ(result->verdict.outcome, Outcome::kOk) << result->verdict.message;
   EXPECT_EQ(result->worker, "B");
   EXPECT_EQ(result->attempts, 2);
+}
+
+TEST_F(WorkerTest, CancellationStopsTheSandboxedProcesses) {
+  // A judge of its own, so its sandboxes can be told apart from other tests'.
+  std::string work = "/tmp/cancel-test-" + std::to_string(::getpid());
+  auto config = config::LoadConfig("", {"judge.backend=cpu", std::string("judge.cache_dir=") + CUDA_AGENT_TEST_CACHE,
+                                        "judge.static_checks=false", "judge.work_dir=" + work});
+  ASSERT_TRUE(config.ok());
+  auto judge = kernel_eval::Judge::Create(config->judge, config->sandbox);
+  ASSERT_TRUE(judge.ok());
+  auto server = Serve("C", std::shared_ptr<kernel_eval::Judge>(std::move(judge).value()));
+  config::ClientConfig cc;
+  cc.endpoints = {server->address()};
+  cc.deadline_s = 6;
+  cc.max_attempts = 1;
+  auto client = WorkerClient::Create(cc).value();
+  auto r = client->Evaluate(task_, Load("unlinted/infinite_loop.py"), "forever");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  auto running = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      std::ifstream f(e.path() / "cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(f)), {});
+      if (cmd.find(work) != std::string::npos) ++n;
+    }
+    return n;
+  };
+  for (int i = 0; i < 100 && running() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(running(), 0) << "sandboxed processes outlived the cancelled request";
 }
 
 TEST_F(WorkerTest, TokensAreChecked) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,7 +44,9 @@ class Judge {
   static StatusOr<std::unique_ptr<Judge>> Create(const config::JudgeConfig& judge,
                                                  const config::SandboxConfig& sandbox);
 
-  StatusOr<Verdict> Evaluate(const Task& task, const Candidate& candidate);
+  // `cancelled` (optional) is polled a few times a second; once it returns true
+  // the sandboxes are killed and the call returns kCancelled.
+  StatusOr<Verdict> Evaluate(const Task& task, const Candidate& candidate, std::function<bool()> cancelled = nullptr);
 
   const std::string& backend() const { return backend_; }
   const PythonEnv& python() const { return python_; }
