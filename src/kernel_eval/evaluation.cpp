@@ -620,6 +620,10 @@ StatusOr<bool> Evaluation::Profile() {
   (void)candidate_process_->Finish(After(30));
   Mark("profile_candidate", cand_start);
   verdict_.timed = true;
+  if (verdict_.candidate.median_ms > 0) {
+    verdict_.speedup_vs_eager = verdict_.eager.median_ms / verdict_.candidate.median_ms;
+    verdict_.speedup_vs_compile = verdict_.compiled.median_ms / verdict_.candidate.median_ms;
+  }
 
   // Were the timed calls honest? Outputs at secret positions, the post-timing
   // checks, threads, tampering, the trusted wall clock and physics.
@@ -669,10 +673,6 @@ StatusOr<bool> Evaluation::Profile() {
                               " ms is below the physical limit " + std::to_string(min_ms) +
                               " ms (bytes moved / bandwidth, FLOPs / peak)");
     return Decide(Outcome::kForbidden, "faster than the hardware allows: " + verdict_.cheats.back());
-  }
-  if (verdict_.candidate.median_ms > 0) {
-    verdict_.speedup_vs_eager = verdict_.eager.median_ms / verdict_.candidate.median_ms;
-    verdict_.speedup_vs_compile = verdict_.compiled.median_ms / verdict_.candidate.median_ms;
   }
   return false;
 }
