@@ -8,7 +8,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libcli11-dev
-  libseccomp-dev libpcre2-dev libssl-dev python3 python3-pip
+  libseccomp-dev libpcre2-dev libssl-dev openssl python3 python3-pip
 )
 TORCH_VERSION=2.11.0
 

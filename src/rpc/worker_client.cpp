@@ -8,6 +8,7 @@
 #include <set>
 
 #include "convert.h"
+#include "cuda_agent/util/file.h"
 #include "cuda_agent/util/log.h"
 #include "cuda_agent/v1/worker.grpc.pb.h"
 
@@ -81,10 +82,25 @@ StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Create(const config::Clien
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!config.tls_ca_path.empty()) {
+    grpc::SslCredentialsOptions options;
+    auto ca = ReadFile(config.tls_ca_path);
+    if (!ca.ok()) return InvalidArgument("cannot read client.tls_ca_path " + config.tls_ca_path);
+    options.pem_root_certs = *ca;
+    if (!config.tls_cert_path.empty()) {
+      auto cert = ReadFile(config.tls_cert_path);
+      auto key = ReadFile(config.tls_key_path);
+      if (!cert.ok() || !key.ok()) return InvalidArgument("cannot read client.tls_cert_path or tls_key_path");
+      options.pem_cert_chain = *cert;
+      options.pem_private_key = *key;
+    }
+    credentials = grpc::SslCredentials(options);
+  }
   for (const auto& address : config.endpoints) {
     auto e = std::make_unique<Impl::Endpoint>();
     e->address = address;
-    e->stub = v1::Worker::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    e->stub = v1::Worker::NewStub(grpc::CreateCustomChannel(address, credentials, args));
     client->impl_->endpoints.push_back(std::move(e));
   }
   return client;

@@ -207,15 +207,33 @@ struct WorkerServer::Impl {
 
 StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const config::WorkerConfig& config,
                                                             std::shared_ptr<kernel_eval::Judge> judge) {
-  if (!IsLoopbackAddress(config.listen) && config.token.empty() && !config.allow_insecure_remote)
+  bool tls = !config.tls_cert_path.empty() || !config.tls_key_path.empty();
+  if (!IsLoopbackAddress(config.listen) && (config.token.empty() || !tls) && !config.allow_insecure_remote)
     return InvalidArgument("worker.listen " + config.listen +
-                           " is not a loopback address: set worker.token (and keep the network private), or "
-                           "worker.allow_insecure_remote=true to serve it unauthenticated");
+                           " is not a loopback address: set worker.token and worker.tls_cert_path/tls_key_path, "
+                           "or worker.allow_insecure_remote=true to serve it without them");
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (tls) {
+    auto cert = ReadFile(config.tls_cert_path);
+    auto key = ReadFile(config.tls_key_path);
+    if (!cert.ok() || !key.ok())
+      return InvalidArgument("cannot read worker.tls_cert_path " + config.tls_cert_path + " or tls_key_path " +
+                             config.tls_key_path);
+    grpc::SslServerCredentialsOptions options;
+    options.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!config.tls_client_ca_path.empty()) {
+      auto ca = ReadFile(config.tls_client_ca_path);
+      if (!ca.ok()) return InvalidArgument("cannot read worker.tls_client_ca_path " + config.tls_client_ca_path);
+      options.pem_root_certs = *ca;
+      options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    credentials = grpc::SslServerCredentials(options);
+  }
   std::unique_ptr<WorkerServer> server(new WorkerServer());
   server->impl_ = std::make_unique<Impl>();
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_request_mb << 20) + (1 << 20));
   std::string host = HostOf(config.listen);
   server->impl_->address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":";

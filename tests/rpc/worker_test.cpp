@@ -172,12 +172,54 @@ TEST_F(WorkerTest, TokensAreChecked) {
   EXPECT_EQ(r->verdict.outcome, Outcome::kForbidden);
 }
 
+// A CA and a certificate for 127.0.0.1 signed by it, made with the openssl CLI.
+struct TestPki {
+  explicit TestPki(const fs::path& dir) : dir(dir) {
+    fs::create_directories(dir);
+    std::string d = dir.string();
+    std::string cmd =
+        "cd " + d +
+        " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca -keyout ca.key "
+        "-out ca.pem 2>/dev/null && openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout srv.key "
+        "-out srv.csr 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' > ext.cnf && "
+        "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile ext.cnf "
+        "-out srv.pem 2>/dev/null";
+    ok = std::system(cmd.c_str()) == 0;
+  }
+  fs::path dir;
+  bool ok = false;
+};
+
+TEST_F(WorkerTest, TlsServesOnlyTls) {
+  TestPki pki(fs::temp_directory_path() / ("worker-pki-" + std::to_string(::getpid())));
+  ASSERT_TRUE(pki.ok) << "openssl failed";
+  config::WorkerConfig wc;
+  wc.listen = "127.0.0.1:0";
+  wc.name = "T";
+  wc.tls_cert_path = pki.dir / "srv.pem";
+  wc.tls_key_path = pki.dir / "srv.key";
+  auto server = WorkerServer::Start(wc, judge_);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  config::ClientConfig tls;
+  tls.endpoints = {(*server)->address()};
+  tls.tls_ca_path = pki.dir / "ca.pem";
+  auto good = WorkerClient::Create(tls).value()->Info((*server)->address());
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->worker, "T");
+  // Plain text to the TLS port is refused.
+  auto plain = Client({(*server)->address()})->Info((*server)->address());
+  EXPECT_FALSE(plain.ok());
+  fs::remove_all(pki.dir);
+}
+
 TEST_F(WorkerTest, NonLoopbackWithoutTokenIsRefused) {
   config::WorkerConfig wc;
   wc.listen = "0.0.0.0:0";
   auto s = WorkerServer::Start(wc, judge_);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("not a loopback address"), std::string::npos);
+  wc.token = "t";  // a token alone is not enough: TLS too
+  EXPECT_FALSE(WorkerServer::Start(wc, judge_).ok());
   EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:5"));
   EXPECT_TRUE(IsLoopbackAddress("[::1]:5"));
   EXPECT_FALSE(IsLoopbackAddress("10.0.0.1:5"));

@@ -17,6 +17,9 @@ struct WorkerConfig {
   int64_t max_request_mb = 16;
   int64_t idempotency_entries = 4096;
   std::string token;
+  std::string tls_cert_path;
+  std::string tls_key_path;
+  std::string tls_client_ca_path;
   bool allow_insecure_remote = false;
 
   template <class V>
@@ -31,8 +34,12 @@ struct WorkerConfig {
     v("idempotency_entries", idempotency_entries, "finished results remembered for retried requests",
       Range{0, 1 << 24});
     v("token", token, "bearer token clients must send (authorization: Bearer ...); empty: none");
+    v("tls_cert_path", tls_cert_path, "PEM certificate chain of this worker; with tls_key_path, serve TLS only");
+    v("tls_key_path", tls_key_path, "PEM private key of tls_cert_path");
+    v("tls_client_ca_path", tls_client_ca_path,
+      "PEM CA that client certificates must chain to (mutual TLS); empty: no client certificates");
     v("allow_insecure_remote", allow_insecure_remote,
-      "serve a non-loopback address without a token (never on a shared network)");
+      "serve a non-loopback address without TLS and a token (never on a shared network)");
   }
 };
 
@@ -41,6 +48,9 @@ struct ClientConfig {
   double deadline_s = 1800;
   int64_t max_attempts = 3;
   std::string token;
+  std::string tls_ca_path;
+  std::string tls_cert_path;
+  std::string tls_key_path;
 
   template <class V>
   void Visit(V& v) {
@@ -49,6 +59,9 @@ struct ClientConfig {
     v("max_attempts", max_attempts, "attempts per evaluation on infrastructure failure, each on another worker",
       Range{1, 100});
     v("token", token, "bearer token sent to workers");
+    v("tls_ca_path", tls_ca_path, "PEM CA that workers' certificates must chain to; set: connect with TLS");
+    v("tls_cert_path", tls_cert_path, "PEM client certificate for workers that require mutual TLS");
+    v("tls_key_path", tls_key_path, "PEM private key of tls_cert_path");
   }
 };
 
