@@ -418,11 +418,40 @@ StatusOr<bool> Evaluation::Profile() {
 
   // The candidate, timed the same way.
   auto cand_start = Clock::now();
-  auto timed = time_impl(*candidate_process_, "candidate", &verdict_.candidate);
-  if (!timed.ok()) return DecideFromExit(*candidate_process_, timed.status(), false);
-  if (timed->value("event", "") == "error") {
-    verdict_.run_log = timed->value("message", "");
-    return Decide(Outcome::kRuntimeError, "the candidate raised during timing");
+  LoopEvidence base_loop{verdict_.eager.wall_ms, eager_sum, verdict_.eager.trials};
+  LoopEvidence cand_loop;
+  std::string forged_why;
+  bool forged = false;
+  StatusOr<json> timed = Internal("not timed");
+  // A loop whose wall clock the reported times cannot explain is timed once
+  // more before it counts as forged: a busy host can stretch one loop, while
+  // forged timings stay forged.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt == 0) {
+      timed = time_impl(*candidate_process_, "candidate", &verdict_.candidate);
+    } else {
+      auto t0 = Clock::now();
+      timed = Ask(*candidate_process_, {{"cmd", "time"}, {"impl", "candidate"}}, "timed", deadline);
+      if (timed.ok() && timed->contains("times_ms")) {
+        // The re-run sees the same inputs; keep the slower median so a cache
+        // warmed by the first run cannot buy a speedup.
+        TimingStats again = TimingStats::FromSamples((*timed)["times_ms"].get<std::vector<double>>());
+        again.wall_ms = Seconds(t0) * 1e3;
+        double first_median = verdict_.candidate.median_ms;
+        verdict_.candidate = again;
+        verdict_.candidate.median_ms = std::max(first_median, again.median_ms);
+      }
+    }
+    if (!timed.ok()) return DecideFromExit(*candidate_process_, timed.status(), false);
+    if (timed->value("event", "") == "error") {
+      verdict_.run_log = timed->value("message", "");
+      return Decide(Outcome::kRuntimeError, "the candidate raised during timing");
+    }
+    cand_loop = {verdict_.candidate.wall_ms, 0, verdict_.candidate.trials};
+    for (double t : (*timed)["times_ms"]) cand_loop.sum_ms += t;
+    forged = TimingsForged(base_loop, cand_loop, cfg.timing_mismatch_factor, 100, &forged_why);
+    if (!forged) break;
+    if (attempt == 0) verdict_.warnings.push_back("timed loop measured again: " + forged_why);
   }
   auto post = Ask(*candidate_process_, {{"cmd", "post"}, {"post_seed", post_seed}}, "post", deadline);
   if (!post.ok()) return DecideFromExit(*candidate_process_, post.status(), false);
@@ -469,13 +498,9 @@ StatusOr<bool> Evaluation::Profile() {
       return Decide(Outcome::kForbidden, "spawned threads during timed calls");
     }
   }
-  LoopEvidence base_loop{verdict_.eager.wall_ms, eager_sum, verdict_.eager.trials};
-  LoopEvidence cand_loop{verdict_.candidate.wall_ms, 0, verdict_.candidate.trials};
-  for (double t : (*timed)["times_ms"]) cand_loop.sum_ms += t;
-  std::string why;
-  if (TimingsForged(base_loop, cand_loop, cfg.timing_mismatch_factor, 50, &why)) {
-    verdict_.cheats.push_back(why);
-    return Decide(Outcome::kForbidden, "timings forged: " + why);
+  if (forged) {
+    verdict_.cheats.push_back(forged_why);
+    return Decide(Outcome::kForbidden, "timings forged: " + forged_why);
   }
   double bw = cfg.mem_bandwidth_gbs > 0 ? cfg.mem_bandwidth_gbs
                                         : DefaultBandwidthGbs(judge_.backend_, judge_.python_.device_name);
