@@ -119,6 +119,10 @@ StatusOr<std::unique_ptr<HarnessProcess>> Evaluation::StartHarness(const std::st
   AddReadable(judge_.harness_dir_, &s.hidden, &s.binds);
   for (auto& b : binds) s.binds.push_back(std::move(b));
   s.binds.push_back({proc_dir, true});
+  // A bind under a directory the sandbox uid cannot traverse (a cache in
+  // /root, say) is reached through an empty tmpfs over that directory.
+  for (const auto& b : s.binds)
+    if (auto blocked = BlockedAncestor(b.path)) s.hidden.push_back(*blocked);
   Normalize(&s.hidden, &s.binds);
   s.stdout_path = logs_dir_.empty() ? proc_dir / (name + ".out") : logs_dir_ / (name + ".out");
   s.stderr_path = logs_dir_.empty() ? proc_dir / (name + ".err") : logs_dir_ / (name + ".err");
@@ -204,6 +208,7 @@ Status Evaluation::BuildPch(Judge& judge) {
   auto exit = proc->Finish(After(10));
   if (!msg.ok() || !msg->value("ok", false)) {
     std::string log = msg.ok() ? msg->value("log", "") : proc->LogTail(4000);
+    if (!msg.ok()) log = msg.status().message() + "; " + (exit.ok() ? exit->Describe() : "") + "\n" + log;
     return Internal("building the precompiled torch header failed: " + log.substr(0, 4000));
   }
   CA_LOG(kInfo) << "precompiled torch header ready in " << Seconds(start) << " s";

@@ -125,6 +125,17 @@ TEST_F(JudgeTest, SecondBuildOfTheSameSourcesComesFromTheCache) {
   EXPECT_LT(second.phase_seconds["compile"], 1.0);
 }
 
+// Regression (seen on the GPU host, whose Python lives outside /root): a cache
+// directory under a private parent must still be reachable from the sandbox.
+TEST_F(JudgeTest, CacheUnderAPrivateDirectoryWorks) {
+  fs::path parent = fs::temp_directory_path() / ("private-parent-" + std::to_string(::getpid()));
+  fs::create_directories(parent);
+  fs::permissions(parent, fs::perms::owner_all, fs::perm_options::replace);
+  Verdict v = MustJudge("row_sum", "cpu/row_sum_ws", {"judge.cache_dir=" + (parent / "cache").string()});
+  EXPECT_EQ(v.outcome, Outcome::kOk) << Describe(v);
+  fs::remove_all(parent);
+}
+
 TEST_F(JudgeTest, DegenerateTaskIsFlagged) {
   Verdict v = MustJudge("constant", "cpu/zeros_ok.py");
   EXPECT_EQ(v.outcome, Outcome::kOk) << Describe(v);
