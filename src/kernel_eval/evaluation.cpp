@@ -18,12 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
-
-Clock::time_point After(double seconds) {
-  return Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
 std::string JoinViolations(const json& violations, std::vector<std::string>* cheats) {
   for (const auto& v : violations)
     cheats->push_back(v.value("file", "") + ":" + std::to_string(v.value("line", 0)) + ": " + v.value("message", ""));

@@ -17,6 +17,12 @@
 
 namespace cuda_agent::kernel_eval {
 
+// Seconds since `since`; the time point `seconds` from now.
+inline double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+inline Clock::time_point After(double seconds) {
+  return Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
 class Evaluation {
  public:
   Evaluation(Judge& judge, const Task& task, const Candidate& candidate, std::function<bool()> cancelled = nullptr);

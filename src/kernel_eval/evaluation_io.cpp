@@ -16,12 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
-
-Clock::time_point After(double seconds) {
-  return Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
 bool IsUnder(const fs::path& p, const fs::path& root) {
   auto [r, _] = std::mismatch(root.begin(), root.end(), p.begin(), p.end());
   return r == root.end();
@@ -133,13 +127,11 @@ StatusOr<std::unique_ptr<HarnessProcess>> Evaluation::StartHarness(const std::st
 StatusOr<json> Evaluation::Ask(HarnessProcess& process, const json& command, const std::string& event,
                                Clock::time_point deadline) {
   if (!command.is_null()) CA_RETURN_IF_ERROR(process.Send(command));
-  while (true) {
-    CA_ASSIGN_OR_RETURN(json msg, Receive(process, deadline));
-    std::string got = msg.value("event", "");
-    if (got == event || got == "error") return msg;
-    // Anything else is out of protocol: a forged or stray message.
-    return Internal("unexpected harness message '" + got + "' while waiting for '" + event + "'");
-  }
+  CA_ASSIGN_OR_RETURN(json msg, Receive(process, deadline));
+  std::string got = msg.value("event", "");
+  if (got == event || got == "error") return msg;
+  // Anything else is out of protocol: a forged or stray message.
+  return Internal("unexpected harness message '" + got + "' while waiting for '" + event + "'");
 }
 
 std::string Evaluation::BuildCacheKey() const {

@@ -97,8 +97,6 @@ HostTensor HostTensor::FromValues(std::string dtype, std::vector<int64_t> shape,
   return std::move(t).value();
 }
 
-bool HostTensor::IsFloating() const { return dtype_.rfind("float", 0) == 0 || dtype_ == "bfloat16"; }
-
 std::string HostTensor::ShapeString() const {
   std::string s = "(";
   for (size_t i = 0; i < shape_.size(); ++i) s += (i ? ", " : "") + std::to_string(shape_[i]);

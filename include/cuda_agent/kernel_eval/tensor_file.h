@@ -26,7 +26,6 @@ class HostTensor {
   const std::string& bytes() const { return bytes_; }
   int64_t numel() const { return numel_; }
   double operator[](int64_t i) const { return load_(bytes_.data() + i * element_size_); }
-  bool IsFloating() const;
   std::string ShapeString() const;  // "(2, 3)"
 
  private:
