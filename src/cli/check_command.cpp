@@ -27,7 +27,7 @@ int Fail(const Status& status) {
 std::function<int()> AddCheckCommand(CLI::App* app) {
   struct Options {
     ConfigOptions config;
-    std::string task, candidate, backend;
+    std::string task, candidate, backend, stage = "profile";
     bool json = false;
   };
   auto opts = std::make_shared<Options>();
@@ -37,6 +37,8 @@ std::function<int()> AddCheckCommand(CLI::App* app) {
   cmd->add_option("--candidate", opts->candidate, "ModelNew .py file, or a workspace directory")->required();
   cmd->add_option("--backend", opts->backend, "cuda or cpu (default: judge.backend)")
       ->check(CLI::IsMember({"cuda", "cpu", "auto"}));
+  cmd->add_option("--stage", opts->stage, "stop after compile, verify, or profile (the whole evaluation)")
+      ->check(CLI::IsMember({"compile", "verify", "profile"}));
   cmd->add_flag("--json", opts->json, "print the full verdict as JSON");
   AddConfigOptions(cmd, &opts->config);
   return [opts]() -> int {
@@ -56,7 +58,9 @@ std::function<int()> AddCheckCommand(CLI::App* app) {
     if (!candidate.ok()) return Fail(candidate.status());
     auto judge = kernel_eval::Judge::Create(config->judge, config->sandbox);
     if (!judge.ok()) return Fail(judge.status());
-    auto verdict = (*judge)->Evaluate(*task, *candidate);
+    kernel_eval::Stage stage = kernel_eval::Stage::kProfile;
+    kernel_eval::ParseStage(opts->stage, &stage);
+    auto verdict = (*judge)->Evaluate(*task, *candidate, nullptr, stage);
     if (!verdict.ok()) return Fail(verdict.status());
     if (opts->json)
       std::cout << verdict->ToJson().dump(2) << "\n";

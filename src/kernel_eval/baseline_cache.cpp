@@ -16,7 +16,9 @@ std::optional<nlohmann::json> BaselineCache::Get(const std::string& key) const {
 void BaselineCache::Put(const std::string& key, const nlohmann::json& value) const {
   Status s = MakeDirs(dir_);
   if (s.ok()) s = WriteFileAtomic(dir_ / (key + ".json"), value.dump(2));
-  if (!s.ok()) CA_LOG(kWarn) << "baseline cache: " << s.ToString();
+  if (!s.ok()) {
+    CA_LOG(kWarn) << "baseline cache: " << s.ToString();
+  }
 }
 
 }  // namespace cuda_agent::kernel_eval

@@ -26,10 +26,12 @@ std::string JoinViolations(const json& violations, std::vector<std::string>* che
 
 }  // namespace
 
-Evaluation::Evaluation(Judge& judge, const Task& task, const Candidate& candidate, std::function<bool()> cancelled)
+Evaluation::Evaluation(Judge& judge, const Task& task, const Candidate& candidate, Stage stop_after,
+                       std::function<bool()> cancelled)
     : judge_(judge),
       task_(task),
       candidate_(candidate),
+      stop_after_(stop_after),
       cancelled_(std::move(cancelled)),
       rng_(std::random_device{}()) {}
 
@@ -69,18 +71,28 @@ StatusOr<Verdict> Evaluation::Run() {
                           {"candidate_format", CandidateKindName(candidate_.kind)},
                           {"task", task_.name}};
   using Phase = StatusOr<bool> (Evaluation::*)();
+  std::vector<Phase> phases{&Evaluation::Lint, &Evaluation::Compile};
+  if (stop_after_ != Stage::kCompile)  // the reference runs while the candidate compiles
+    phases = {&Evaluation::Lint, &Evaluation::StartReference, &Evaluation::Compile, &Evaluation::AwaitReference,
+              &Evaluation::Verify};
+  if (stop_after_ == Stage::kProfile) phases.push_back(&Evaluation::Profile);
+  verdict_.stage = StageName(stop_after_);
   bool decided = false;
-  for (Phase phase : {&Evaluation::Lint, &Evaluation::ReferenceAndCompile, &Evaluation::Verify, &Evaluation::Profile}) {
+  for (Phase phase : phases) {
     auto result = (this->*phase)();
     if (was_cancelled_) break;
     if (!result.ok()) return result.status();
     if ((decided = *result)) break;
   }
   if (was_cancelled_) return Status(StatusCode::kCancelled, "evaluation cancelled by the caller");
-  if (!decided) Decide(Outcome::kOk, "correct on every check");
+  if (!decided)
+    Decide(Outcome::kOk, stop_after_ == Stage::kCompile  ? "compiled (not run)"
+                         : stop_after_ == Stage::kVerify ? "correct on every check (not timed)"
+                                                         : "correct on every check");
   RewardKind kind = RewardKind::kMilestone;
   ParseRewardKind(cfg.reward, &kind);
-  verdict_.reward = ComputeReward(verdict_, kind, cfg.speed_margin);
+  // Only a whole evaluation earns a reward; a tool's partial one says how far it got.
+  verdict_.reward = stop_after_ == Stage::kProfile ? ComputeReward(verdict_, kind, cfg.speed_margin) : 0;
   verdict_.compile_log = TruncateMiddle(verdict_.compile_log, static_cast<size_t>(cfg.log_bytes));
   verdict_.run_log = TruncateMiddle(verdict_.run_log, static_cast<size_t>(cfg.log_bytes));
   verdict_.phase_seconds["total"] = Seconds(start);
@@ -180,9 +192,7 @@ StatusOr<bool> Evaluation::Lint() {
   return false;
 }
 
-StatusOr<bool> Evaluation::ReferenceAndCompile() {
-  const auto& cfg = judge_.config_;
-  auto start = Clock::now();
+StatusOr<bool> Evaluation::StartReference() {
   json ref_spec = CommonSpec();
   ref_spec["out_dir"] = (ref_dir_ / "out").string();
   fs::path inductor = judge_.cache_dir_ / "inductor", triton = judge_.cache_dir_ / "triton";
@@ -192,13 +202,20 @@ StatusOr<bool> Evaluation::ReferenceAndCompile() {
       ::chown(d.c_str(), static_cast<uid_t>(judge_.sandbox_->config().uid),
               static_cast<gid_t>(judge_.sandbox_->config().gid));
   }
+  reference_start_ = Clock::now();
   CA_ASSIGN_OR_RETURN(reference_, StartHarness("reference", "reference", ref_spec,
                                                {{eval_dir_ / "task", false}, {inductor, true}, {triton, true}}, true));
+  return false;
+}
+
+StatusOr<bool> Evaluation::Compile() {
+  const auto& cfg = judge_.config_;
   // The candidate build runs while the reference computes its outputs; a build
   // of the same sources with the same toolchain and flags is reused.
   auto compile_start = Clock::now();
   std::string build_key = BuildCacheKey();
   bool cached = RestoreCachedBuild(build_key);
+  ++(cached ? judge_.build_hits_ : judge_.build_misses_);
   verdict_.environment["compile_cached"] = cached;
   if (cached) {
     verdict_.compile_log = "(reused the cached build " + build_key + ")";
@@ -221,8 +238,12 @@ StatusOr<bool> Evaluation::ReferenceAndCompile() {
     StoreCachedBuild(build_key);
   }
 
-  auto ready = Ask(*reference_, json(), "ready", After(cfg.run_timeout_s));
-  Mark("reference", start);
+  return false;
+}
+
+StatusOr<bool> Evaluation::AwaitReference() {
+  auto ready = Ask(*reference_, json(), "ready", After(judge_.config_.run_timeout_s));
+  Mark("reference", reference_start_);
   if (!ready.ok()) {
     auto exit = reference_->Finish(After(10));
     return Internal("the reference process failed (" + ready.status().message() + "; " +
@@ -392,7 +413,9 @@ StatusOr<bool> Evaluation::Profile() {
       .Add(std::to_string(cfg.warmup_trials))
       .Add(std::to_string(cfg.flush_cache));
   std::string cache_key = key.HexDigest().substr(0, 32);
-  if (auto hit = judge_.baselines_->Get(cache_key)) {
+  auto hit = judge_.baselines_->Get(cache_key);
+  ++(hit ? judge_.baseline_hits_ : judge_.baseline_misses_);
+  if (hit) {
     verdict_.compiled = TimingStats::FromSamples((*hit)["times_ms"].get<std::vector<double>>());
     verdict_.compiled.wall_ms = hit->value("wall_ms", 0.0);
     verdict_.compiled.cached = true;

@@ -25,22 +25,27 @@ inline Clock::time_point After(double seconds) {
 
 class Evaluation {
  public:
-  Evaluation(Judge& judge, const Task& task, const Candidate& candidate, std::function<bool()> cancelled = nullptr);
+  Evaluation(Judge& judge, const Task& task, const Candidate& candidate, Stage stop_after,
+             std::function<bool()> cancelled);
   ~Evaluation();
 
-  // Lint -> reference + compile -> verify -> profile. Stops at the first phase
-  // that decides the verdict.
+  // Lint -> compile (the reference starts alongside) -> verify -> profile, up
+  // to `stop_after`. Stops at the first phase that decides the verdict.
   StatusOr<Verdict> Run();
 
   // Builds the judge's precompiled torch header in a sandbox (called once).
   static Status BuildPch(Judge& judge);
+  // Runs the harness's device probe in a sandbox.
+  static StatusOr<DeviceProbe> ProbeDevice(Judge& judge);
 
  private:
   // Each phase returns true when it decided the verdict, false to go on, or an
   // error when the judge itself failed.
   Status Prepare();
   StatusOr<bool> Lint();
-  StatusOr<bool> ReferenceAndCompile();
+  StatusOr<bool> StartReference();
+  StatusOr<bool> Compile();
+  StatusOr<bool> AwaitReference();
   StatusOr<bool> Verify();
   StatusOr<bool> Profile();
 
@@ -69,7 +74,9 @@ class Evaluation {
   Judge& judge_;
   const Task& task_;
   const Candidate& candidate_;
+  Stage stop_after_;
   Verdict verdict_;
+  Clock::time_point reference_start_;
   std::optional<TempDir> dir_;
   std::filesystem::path eval_dir_, task_copy_, cand_dir_, cand_module_, ref_dir_, logs_dir_;
   std::unique_ptr<HarnessProcess> reference_, candidate_process_;

@@ -192,7 +192,7 @@ Status Evaluation::BuildPch(Judge& judge) {
   if (judge.sandbox_->isolation().drop_uid) CA_RETURN_IF_ERROR(ChownTree(root, uid, gid));
   Task none;
   Candidate nobody;
-  Evaluation e(judge, none, nobody);
+  Evaluation e(judge, none, nobody, Stage::kCompile, nullptr);
   json spec = e.CommonSpec();
   auto start = Clock::now();
   CA_ASSIGN_OR_RETURN(auto proc, e.StartHarness("pch", "pch", spec, {}, false));
@@ -205,6 +205,31 @@ Status Evaluation::BuildPch(Judge& judge) {
   }
   CA_LOG(kInfo) << "precompiled torch header ready in " << Seconds(start) << " s";
   return Status::Ok();
+}
+
+StatusOr<DeviceProbe> Evaluation::ProbeDevice(Judge& judge) {
+  Task none;
+  Candidate nobody;
+  Evaluation e(judge, none, nobody, Stage::kCompile, nullptr);
+  CA_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create(judge.work_root_, "probe-"));
+  e.cand_dir_ = dir.path();  // the probe's working directory
+  if (judge.sandbox_->isolation().drop_uid)
+    CA_RETURN_IF_ERROR(ChownTree(dir.path(), static_cast<uid_t>(judge.sandbox_->config().uid),
+                                 static_cast<gid_t>(judge.sandbox_->config().gid)));
+  CA_ASSIGN_OR_RETURN(auto proc, e.StartHarness("probe", "probe", e.CommonSpec(), {}, true));
+  auto msg = e.Ask(*proc, json(), "probe", After(120));
+  auto exit = proc->Finish(After(10));
+  DeviceProbe probe;
+  if (!msg.ok()) {
+    probe.message = "the probe process failed: " + msg.status().message() + "; " +
+                    (exit.ok() ? exit->Describe() : "") + "\n" + proc->LogTail(2000);
+    return probe;
+  }
+  probe.ok = msg->value("ok", false);
+  probe.message = msg->value("message", "");
+  probe.free_mb = msg->value("free_mb", int64_t{0});
+  probe.total_mb = msg->value("total_mb", int64_t{0});
+  return probe;
 }
 
 }  // namespace cuda_agent::kernel_eval

@@ -7,6 +7,7 @@
 
 #include "cuda_agent/util/file.h"
 #include "cuda_agent/util/log.h"
+#include "cuda_agent/util/subprocess.h"
 #include "evaluation.h"
 #include "python_env.h"
 
@@ -19,6 +20,17 @@ fs::path DefaultCacheDir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "cuda-agent";
   if (const char* home = std::getenv("HOME"); home && *home) return fs::path(home) / ".cache" / "cuda-agent";
   return fs::temp_directory_path() / "cuda-agent-cache";
+}
+
+// First line of `command --version` (last line for nvcc), or "" if it cannot run.
+std::string VersionOf(const std::vector<std::string>& command, bool last_line) {
+  auto r = RunCommand(command, 30);
+  if (!r.ok() || r->exit_code != 0) return "";
+  std::string out = r->output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  size_t cut = last_line ? out.rfind('\n') : std::string::npos;
+  if (last_line) return cut == std::string::npos ? out : out.substr(cut + 1);
+  return out.substr(0, out.find('\n'));
 }
 
 }  // namespace
@@ -58,6 +70,12 @@ StatusOr<std::unique_ptr<Judge>> Judge::Create(const config::JudgeConfig& judge_
   judge->cache_dir_ = fs::canonical(judge->cache_dir_);
   ::chmod(judge->work_root_.c_str(), 0711);
   judge->baselines_ = std::make_unique<BaselineCache>(judge->cache_dir_ / "baselines");
+  judge->toolchain_ = VersionOf({"g++", "--version"}, false);
+  if (judge->backend_ == "cuda") {
+    const char* cuda_home = std::getenv("CUDA_HOME");
+    std::string nvcc = std::string(cuda_home && *cuda_home ? cuda_home : "/usr/local/cuda") + "/bin/nvcc";
+    judge->toolchain_ += "; " + VersionOf({nvcc, "--version"}, true) + "; " + judge->config_.cuda_arch;
+  }
   CA_LOG(kInfo) << "judge: backend " << judge->backend_ << " (" << judge->python_.device_name << "), torch "
                 << judge->python_.torch_version << ", sandbox " << judge->sandbox_->isolation().description;
   return judge;
@@ -71,8 +89,18 @@ Status Judge::EnsurePch() {
   return Status::Ok();
 }
 
-StatusOr<Verdict> Judge::Evaluate(const Task& task, const Candidate& candidate, std::function<bool()> cancelled) {
-  Evaluation evaluation(*this, task, candidate, std::move(cancelled));
+StatusOr<DeviceProbe> Judge::ProbeDevice() {
+  std::lock_guard<std::mutex> timing_lock(timing_mu_);
+  return Evaluation::ProbeDevice(*this);
+}
+
+JudgeStats Judge::stats() const {
+  return {build_hits_.load(), build_misses_.load(), baseline_hits_.load(), baseline_misses_.load()};
+}
+
+StatusOr<Verdict> Judge::Evaluate(const Task& task, const Candidate& candidate, std::function<bool()> cancelled,
+                                  Stage stop_after) {
+  Evaluation evaluation(*this, task, candidate, stop_after, std::move(cancelled));
   return evaluation.Run();
 }
 

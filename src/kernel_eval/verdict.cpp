@@ -35,6 +35,28 @@ bool ParseOutcome(const std::string& name, Outcome* outcome) {
   return false;
 }
 
+const char* StageName(Stage stage) {
+  switch (stage) {
+    case Stage::kCompile:
+      return "compile";
+    case Stage::kVerify:
+      return "verify";
+    case Stage::kProfile:
+      return "profile";
+  }
+  return "unknown";
+}
+
+bool ParseStage(const std::string& name, Stage* stage) {
+  for (Stage s : {Stage::kCompile, Stage::kVerify, Stage::kProfile}) {
+    if (name == StageName(s)) {
+      *stage = s;
+      return true;
+    }
+  }
+  return false;
+}
+
 TimingStats TimingStats::FromSamples(std::vector<double> times_ms) {
   TimingStats s;
   s.trials = static_cast<int>(times_ms.size());
@@ -61,6 +83,7 @@ nlohmann::json TimingStats::ToJson() const {
 nlohmann::json Verdict::ToJson() const {
   nlohmann::json j;
   j["outcome"] = OutcomeName(outcome);
+  j["stage"] = stage;
   j["message"] = message;
   j["reward"] = reward;
   j["compile"] = {{"log", compile_log}, {"commands", compile_commands}};
@@ -104,6 +127,31 @@ std::string Verdict::Summary() const {
   s << "  phases:";
   for (const auto& [k, v] : phase_seconds) s << " " << k << " " << std::setprecision(1) << v << "s";
   s << "\n";
+  return s.str();
+}
+
+std::string Verdict::AgentReport() const {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(4);
+  s << stage << ": " << OutcomeName(outcome) << " - " << message << "\n";
+  auto tail = [](const std::string& text, size_t n) { return text.size() > n ? "..." + text.substr(text.size() - n) : text; };
+  if ((outcome == Outcome::kCompileError || outcome == Outcome::kCompileTimeout) && !compile_log.empty())
+    s << "compiler output:\n" << tail(compile_log, 6000) << "\n";
+  if (outcome == Outcome::kRuntimeError || outcome == Outcome::kTimeout)
+    if (!run_log.empty()) s << "process output:\n" << tail(run_log, 4000) << "\n";
+  for (const auto& c : checks) {
+    s << "check " << c.tag << ": " << (c.passed ? "passed" : "FAILED") << " (max abs error " << c.max_abs_error
+      << ", max rel error " << c.max_rel_error << ")";
+    if (!c.message.empty() && !c.passed) s << ": " << c.message;
+    s << "\n";
+  }
+  for (const auto& c : cheats) s << "forbidden: " << c << "\n";
+  if (timed) {
+    s << "candidate " << candidate.median_ms << " ms (median of " << candidate.trials << "), eager " << eager.median_ms
+      << " ms, torch.compile " << compiled.median_ms << " ms\n";
+    s << std::setprecision(2) << "speedup " << speedup_vs_eager << "x vs eager, " << speedup_vs_compile
+      << "x vs torch.compile\n";
+  }
   return s.str();
 }
 

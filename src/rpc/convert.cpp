@@ -52,6 +52,7 @@ bool SafeRelativePath(const std::string& path) {
 
 void ToProto(const kernel_eval::Verdict& v, v1::Verdict* out) {
   out->set_outcome(ToProto(v.outcome));
+  out->set_stage(v.stage);
   out->set_message(v.message);
   out->set_reward(v.reward);
   out->set_compile_log(v.compile_log);
@@ -80,6 +81,7 @@ void ToProto(const kernel_eval::Verdict& v, v1::Verdict* out) {
 kernel_eval::Verdict FromProto(const v1::Verdict& p) {
   kernel_eval::Verdict v;
   v.outcome = FromProto(p.outcome());
+  v.stage = p.stage();
   v.message = p.message();
   v.reward = p.reward();
   v.compile_log = p.compile_log();

@@ -4,13 +4,16 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include "convert.h"
+#include "device_health.h"
+#include "idempotency_cache.h"
+#include "workspace_store.h"
 #include "cuda_agent/util/file.h"
 #include "cuda_agent/util/log.h"
 #include "cuda_agent/v1/worker.grpc.pb.h"
@@ -28,119 +31,253 @@ std::string HostOf(const std::string& host_port) {
   return colon == std::string::npos ? host_port : host_port.substr(0, colon);
 }
 
-// Finished responses by idempotency key, oldest evicted first. Thread-safe.
-class IdempotencyCache {
- public:
-  explicit IdempotencyCache(size_t capacity) : capacity_(capacity) {}
-
-  // If `key` finished, copies its response and returns true. If it is running,
-  // waits for it. Otherwise marks it running and returns false: the caller must
-  // then call Finish() or Abandon().
-  bool BeginOrGet(const std::string& key, v1::EvaluateResponse* out) {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      auto it = done_.find(key);
-      if (it != done_.end()) {
-        *out = it->second;
-        return true;
-      }
-      if (!running_.count(key)) break;
-      cv_.wait(lock);
-    }
-    running_.insert(key);
-    return false;
+Status ToGrpc(const cuda_agent::Status& s) {
+  switch (s.code()) {
+    case cuda_agent::StatusCode::kOk:
+      return Status::OK;
+    case cuda_agent::StatusCode::kInvalidArgument:
+      return Status(StatusCode::INVALID_ARGUMENT, s.message());
+    case cuda_agent::StatusCode::kNotFound:
+      return Status(StatusCode::NOT_FOUND, s.message());
+    case cuda_agent::StatusCode::kFailedPrecondition:
+      return Status(StatusCode::FAILED_PRECONDITION, s.message());
+    case cuda_agent::StatusCode::kDeadlineExceeded:
+      return Status(StatusCode::DEADLINE_EXCEEDED, s.message());
+    case cuda_agent::StatusCode::kResourceExhausted:
+      return Status(StatusCode::RESOURCE_EXHAUSTED, s.message());
+    case cuda_agent::StatusCode::kCancelled:
+      return Status(StatusCode::CANCELLED, s.message());
+    case cuda_agent::StatusCode::kUnavailable:
+      return Status(StatusCode::UNAVAILABLE, s.message());
+    case cuda_agent::StatusCode::kInternal:
+      return Status(StatusCode::INTERNAL, s.message());
   }
+  return Status(StatusCode::UNKNOWN, s.message());
+}
 
-  void Finish(const std::string& key, const v1::EvaluateResponse& response) {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(key);
-    if (capacity_ > 0) {
-      done_[key] = response;
-      order_.push_back(key);
-      while (order_.size() > capacity_) {
-        done_.erase(order_.front());
-        order_.pop_front();
-      }
-    }
-    cv_.notify_all();
+void FileToProto(const FileResult& r, v1::FileResponse* out) {
+  out->set_ok(r.ok);
+  out->set_message(r.message);
+  out->set_content(r.content);
+  for (const auto& f : r.files) {
+    auto* e = out->add_files();
+    e->set_path(f.path);
+    e->set_size(f.size);
+    e->set_read_only(f.read_only);
   }
+}
 
-  void Abandon(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(key);
-    cv_.notify_all();
-  }
-
- private:
-  size_t capacity_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, v1::EvaluateResponse> done_;  // guarded by mu_
-  std::deque<std::string> order_;                     // guarded by mu_
-  std::set<std::string> running_;                     // guarded by mu_
-};
+std::filesystem::path WorkspaceRoot(const config::WorkerConfig& config) {
+  if (!config.workspace_dir.empty()) return config.workspace_dir;
+  return std::filesystem::temp_directory_path() / ("cuda-agent-workspaces-" + std::to_string(::geteuid()));
+}
 
 class WorkerService final : public v1::Worker::Service {
  public:
   WorkerService(config::WorkerConfig config, std::shared_ptr<kernel_eval::Judge> judge, std::string name)
       : config_(std::move(config)),
-        judge_(std::move(judge)),
+        judge_(judge),
         name_(std::move(name)),
-        idempotency_(static_cast<size_t>(config_.idempotency_entries)) {}
+        evaluations_(static_cast<size_t>(config_.idempotency_entries)),
+        tools_(static_cast<size_t>(config_.idempotency_entries)),
+        workspaces_(WorkspaceRoot(config_), judge->harness_dir() / "cuda_agent_harness" / "workspace", config_),
+        health_(judge, config_) {}
 
   Status Evaluate(ServerContext* ctx, const v1::EvaluateRequest* request, v1::EvaluateResponse* response) override {
-    if (Status auth = Authorize(ctx); !auth.ok()) return auth;
-    if (request->ByteSizeLong() > static_cast<size_t>(config_.max_request_mb) << 20)
-      return Status(StatusCode::INVALID_ARGUMENT, "request larger than worker.max_request_mb");
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
     const std::string& key = request->idempotency_key();
-    if (!key.empty() && idempotency_.BeginOrGet(key, response)) {
+    if (!key.empty() && evaluations_.BeginOrGet(key, response)) {
       response->set_from_idempotency_cache(true);
       ++idempotent_hits_;
       return Status::OK;
     }
-    Status status = Run(ctx, *request, response);
+    Status status = [&] {
+      auto dir = TempDir::Create(std::filesystem::temp_directory_path() / "cuda-agent-requests", "req-");
+      if (!dir.ok()) return Status(StatusCode::INTERNAL, dir.status().message());
+      auto m = Materialize(*request, dir->path());
+      if (!m.ok()) return Status(StatusCode::INVALID_ARGUMENT, m.status().message());
+      kernel_eval::Verdict verdict;
+      Status s = Judge(ctx, m->task, m->candidate, kernel_eval::Stage::kProfile, &verdict);
+      if (s.ok()) {
+        ToProto(verdict, response->mutable_verdict());
+        response->set_worker(name_);
+      }
+      return s;
+    }();
     if (!key.empty()) {
       if (status.ok())
-        idempotency_.Finish(key, *response);
+        evaluations_.Finish(key, *response);
       else
-        idempotency_.Abandon(key);
+        evaluations_.Abandon(key);
     }
     return status;
   }
 
-  Status Health(ServerContext* ctx, const v1::HealthRequest*, v1::HealthResponse* response) override {
-    if (Status auth = Authorize(ctx); !auth.ok()) return auth;
-    std::lock_guard<std::mutex> lock(mu_);
-    response->set_serving(true);
-    response->set_queued(queued_);
-    response->set_running(running_);
+  Status CreateWorkspace(ServerContext* ctx, const v1::CreateWorkspaceRequest* request,
+                         v1::CreateWorkspaceResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    if (std::string why = health_.QuarantineReason(); !why.empty())
+      return Status(StatusCode::UNAVAILABLE, "device quarantined: " + why);
+    std::map<std::string, std::string> files;
+    for (const auto& f : request->files()) files[f.path()] = f.content();
+    auto id = workspaces_.Create(request->task().name(), request->task().source(), files);
+    if (!id.ok()) return ToGrpc(id.status());
+    response->set_workspace_id(*id);
+    response->set_worker(name_);
     return Status::OK;
   }
 
-  Status Info(ServerContext* ctx, const v1::InfoRequest*, v1::InfoResponse* response) override {
-    if (Status auth = Authorize(ctx); !auth.ok()) return auth;
+  Status WriteFile(ServerContext* ctx, const v1::WriteFileRequest* request, v1::FileResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    return Answer(workspaces_.Write(request->workspace_id(), request->path(), request->content()), response);
+  }
+
+  Status EditFile(ServerContext* ctx, const v1::EditFileRequest* request, v1::FileResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    return Answer(workspaces_.Edit(request->workspace_id(), request->path(), request->old_text(),
+                                   request->new_text(), request->replace_all()),
+                  response);
+  }
+
+  Status ReadFile(ServerContext* ctx, const v1::ReadFileRequest* request, v1::FileResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    return Answer(workspaces_.Read(request->workspace_id(), request->path()), response);
+  }
+
+  Status ListFiles(ServerContext* ctx, const v1::ListFilesRequest* request, v1::FileResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    return Answer(workspaces_.List(request->workspace_id()), response);
+  }
+
+  Status RunTool(ServerContext* ctx, const v1::RunToolRequest* request, v1::ToolResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    kernel_eval::Stage stage;
+    switch (request->tool()) {
+      case v1::COMPILE:
+        stage = kernel_eval::Stage::kCompile;
+        break;
+      case v1::VERIFY:
+        stage = kernel_eval::Stage::kVerify;
+        break;
+      case v1::PROFILE:
+        stage = kernel_eval::Stage::kProfile;
+        break;
+      default:
+        return Status(StatusCode::INVALID_ARGUMENT, "unknown tool");
+    }
+    return RunOnWorkspace(ctx, request->workspace_id(), request->idempotency_key(), stage, false, response);
+  }
+
+  Status Submit(ServerContext* ctx, const v1::SubmitRequest* request, v1::ToolResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    return RunOnWorkspace(ctx, request->workspace_id(), request->idempotency_key(), kernel_eval::Stage::kProfile,
+                          true, response);
+  }
+
+  Status CloseWorkspace(ServerContext* ctx, const v1::CloseWorkspaceRequest* request,
+                        v1::CloseWorkspaceResponse*) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    return ToGrpc(workspaces_.Close(request->workspace_id()));
+  }
+
+  Status Health(ServerContext* ctx, const v1::HealthRequest* request, v1::HealthResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    std::string why = health_.QuarantineReason();
+    std::lock_guard<std::mutex> lock(mu_);
+    response->set_serving(why.empty());
+    response->set_quarantine_reason(why);
+    response->set_queued(static_cast<int32_t>(queued_));
+    response->set_running(static_cast<int32_t>(running_));
+    return Status::OK;
+  }
+
+  Status Info(ServerContext* ctx, const v1::InfoRequest* request, v1::InfoResponse* response) override {
+    if (Status s = Admit(ctx, *request); !s.ok()) return s;
     response->set_worker(name_);
     response->set_backend(judge_->backend());
     response->set_device_name(judge_->python().device_name);
     response->set_torch_version(judge_->python().torch_version);
     response->set_isolation(judge_->sandbox().isolation().description);
+    response->set_toolchain(judge_->toolchain());
     response->set_max_concurrent(static_cast<int>(config_.max_concurrent));
     response->set_evaluations_done(evaluations_done_);
     response->set_idempotent_hits(idempotent_hits_);
+    response->set_workspaces(static_cast<int32_t>(workspaces_.size()));
+    kernel_eval::JudgeStats stats = judge_->stats();
+    response->set_build_cache_hits(stats.build_cache_hits);
+    response->set_build_cache_misses(stats.build_cache_misses);
+    response->set_baseline_cache_hits(stats.baseline_cache_hits);
+    response->set_baseline_cache_misses(stats.baseline_cache_misses);
+    response->set_quarantine_reason(health_.QuarantineReason());
+    std::lock_guard<std::mutex> lock(mu_);
+    response->set_running(static_cast<int32_t>(running_));
+    response->set_queued(static_cast<int32_t>(queued_));
     return Status::OK;
   }
 
  private:
-  Status Authorize(ServerContext* ctx) const {
-    if (config_.token.empty()) return Status::OK;
-    auto it = ctx->client_metadata().find("authorization");
-    if (it == ctx->client_metadata().end() ||
-        std::string(it->second.data(), it->second.size()) != "Bearer " + config_.token)
-      return Status(StatusCode::UNAUTHENTICATED, "missing or wrong bearer token");
+  // Authorisation and the request size limit, shared by every call.
+  Status Admit(ServerContext* ctx, const google::protobuf::Message& request) const {
+    if (!config_.token.empty()) {
+      auto it = ctx->client_metadata().find("authorization");
+      if (it == ctx->client_metadata().end() ||
+          std::string(it->second.data(), it->second.size()) != "Bearer " + config_.token)
+        return Status(StatusCode::UNAUTHENTICATED, "missing or wrong bearer token");
+    }
+    if (request.ByteSizeLong() > static_cast<size_t>(config_.max_request_mb) << 20)
+      return Status(StatusCode::INVALID_ARGUMENT, "request larger than worker.max_request_mb=" +
+                                                      std::to_string(config_.max_request_mb) + " MiB");
     return Status::OK;
   }
 
-  Status Run(ServerContext* ctx, const v1::EvaluateRequest& request, v1::EvaluateResponse* response) {
+  Status Answer(const StatusOr<FileResult>& result, v1::FileResponse* response) {
+    if (!result.ok()) return ToGrpc(result.status());
+    FileToProto(*result, response);
+    return Status::OK;
+  }
+
+  Status RunOnWorkspace(ServerContext* ctx, const std::string& id, const std::string& key, kernel_eval::Stage stage,
+                        bool submit, v1::ToolResponse* response) {
+    std::string full_key = key.empty() ? "" : id + "/" + key;
+    if (!full_key.empty() && tools_.BeginOrGet(full_key, response)) {
+      response->set_from_idempotency_cache(true);
+      ++idempotent_hits_;
+      return Status::OK;
+    }
+    Status status = [&] {
+      std::string refused;
+      auto snap = workspaces_.Snap(id, submit, &refused);
+      if (!snap.ok()) return ToGrpc(snap.status());
+      kernel_eval::Verdict verdict;
+      if (!refused.empty()) {  // nothing to build: the agent's mistake, a verdict
+        verdict.outcome = kernel_eval::Outcome::kCompileError;
+        verdict.stage = kernel_eval::StageName(stage);
+        verdict.message = refused;
+        verdict.reward = stage == kernel_eval::Stage::kProfile ? -1 : 0;
+      } else if (Status s = Judge(ctx, snap->task, snap->candidate, stage, &verdict); !s.ok()) {
+        return s;
+      }
+      response->set_text(verdict.AgentReport());
+      ToProto(verdict, response->mutable_verdict());
+      response->set_worker(name_);
+      return Status::OK;
+    }();
+    if (!full_key.empty()) {
+      if (status.ok())
+        tools_.Finish(full_key, *response);
+      else
+        tools_.Abandon(full_key);
+    }
+    return status;
+  }
+
+  // Runs the judge in an evaluation slot. A verdict that suggests the device
+  // was hurt is only returned once a probe says the device is fine: a sick
+  // device's verdict is the device's fault, never a reward.
+  Status Judge(ServerContext* ctx, const kernel_eval::Task& task, const kernel_eval::Candidate& candidate,
+               kernel_eval::Stage stage, kernel_eval::Verdict* out) {
+    if (std::string why = health_.QuarantineReason(); !why.empty())
+      return Status(StatusCode::UNAVAILABLE, "device quarantined: " + why);
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (running_ + queued_ >= config_.max_concurrent + config_.max_queue)
@@ -151,39 +288,38 @@ class WorkerService final : public v1::Worker::Service {
       if (ctx->IsCancelled()) return Status(StatusCode::CANCELLED, "cancelled while queued");
       ++running_;
     }
-    Status status = EvaluateNow(ctx, request, response);
+    auto verdict = judge_->Evaluate(task, candidate, [ctx] { return ctx->IsCancelled(); }, stage);
     {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
     }
     slot_cv_.notify_one();
-    return status;
-  }
-
-  Status EvaluateNow(ServerContext* ctx, const v1::EvaluateRequest& request, v1::EvaluateResponse* response) {
-    auto dir = TempDir::Create(std::filesystem::temp_directory_path() / "cuda-agent-requests", "req-");
-    if (!dir.ok()) return Status(StatusCode::INTERNAL, dir.status().message());
-    auto m = Materialize(request, dir->path());
-    if (!m.ok()) return Status(StatusCode::INVALID_ARGUMENT, m.status().message());
-    auto verdict = judge_->Evaluate(m->task, m->candidate, [ctx] { return ctx->IsCancelled(); });
     if (!verdict.ok() && verdict.status().code() == cuda_agent::StatusCode::kCancelled)
       return Status(StatusCode::CANCELLED, "cancelled by the client; its sandboxes were stopped");
+    bool caller_error = !verdict.ok() && verdict.status().code() == cuda_agent::StatusCode::kInvalidArgument;
+    if (!caller_error && health_.Suspect(verdict.ok() ? &*verdict : nullptr)) {
+      std::string why = health_.Probe(verdict.ok() ? std::string("a ") + kernel_eval::OutcomeName(verdict->outcome) +
+                                                         " verdict"
+                                                   : "a judge failure");
+      if (!why.empty()) return Status(StatusCode::UNAVAILABLE, "device quarantined: " + why);
+    }
     if (!verdict.ok()) {
       // A bad task is the caller's error; anything else is ours, and retryable.
-      bool caller = verdict.status().code() == cuda_agent::StatusCode::kInvalidArgument;
       CA_LOG(kWarn) << "evaluation failed: " << verdict.status().ToString();
-      return Status(caller ? StatusCode::INVALID_ARGUMENT : StatusCode::INTERNAL, verdict.status().message());
+      return Status(caller_error ? StatusCode::INVALID_ARGUMENT : StatusCode::INTERNAL, verdict.status().message());
     }
-    ToProto(*verdict, response->mutable_verdict());
-    response->set_worker(name_);
     ++evaluations_done_;
+    *out = std::move(*verdict);
     return Status::OK;
   }
 
   config::WorkerConfig config_;
   std::shared_ptr<kernel_eval::Judge> judge_;
   std::string name_;
-  IdempotencyCache idempotency_;
+  IdempotencyCache<v1::EvaluateResponse> evaluations_;
+  IdempotencyCache<v1::ToolResponse> tools_;
+  WorkspaceStore workspaces_;
+  DeviceHealth health_;
   std::mutex mu_;
   std::condition_variable slot_cv_;
   int64_t running_ = 0;  // guarded by mu_

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <thread>
 
 #include "cuda_agent/config/config.h"
@@ -28,13 +31,16 @@ std::shared_ptr<kernel_eval::Judge> MakeJudge() {
 }
 
 std::unique_ptr<WorkerServer> Serve(const std::string& name, std::shared_ptr<kernel_eval::Judge> judge,
-                                    const std::string& token = "", int64_t max_request_mb = 16) {
+                                    const std::string& token = "", int64_t max_request_mb = 16,
+                                    std::function<void(config::WorkerConfig*)> edit = nullptr) {
   config::WorkerConfig wc;
   wc.listen = "127.0.0.1:0";
   wc.name = name;
   wc.max_concurrent = 2;
   wc.token = token;
   wc.max_request_mb = max_request_mb;
+  wc.workspace_dir = (fs::temp_directory_path() / ("ws-test-" + std::to_string(::getpid()) + "-" + name)).string();
+  if (edit) edit(&wc);
   auto server = WorkerServer::Start(wc, std::move(judge));
   EXPECT_TRUE(server.ok()) << server.status().ToString();
   return std::move(server).value();
@@ -172,7 +178,8 @@ TEST_F(WorkerTest, TokensAreChecked) {
   EXPECT_EQ(r->verdict.outcome, Outcome::kForbidden);
 }
 
-// A CA and a certificate for 127.0.0.1 signed by it, made with the openssl CLI.
+// A CA, a certificate for 127.0.0.1 and a client certificate signed by it,
+// made with the openssl CLI.
 struct TestPki {
   explicit TestPki(const fs::path& dir) : dir(dir) {
     fs::create_directories(dir);
@@ -183,7 +190,9 @@ struct TestPki {
         "-out ca.pem 2>/dev/null && openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout srv.key "
         "-out srv.csr 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' > ext.cnf && "
         "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile ext.cnf "
-        "-out srv.pem 2>/dev/null";
+        "-out srv.pem 2>/dev/null && openssl req -newkey rsa:2048 -nodes -subj /CN=trainer -keyout cli.key "
+        "-out cli.csr 2>/dev/null && openssl x509 -req -in cli.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-days 1 -out cli.pem 2>/dev/null";
     ok = std::system(cmd.c_str()) == 0;
   }
   fs::path dir;
@@ -210,6 +219,221 @@ TEST_F(WorkerTest, TlsServesOnlyTls) {
   auto plain = Client({(*server)->address()})->Info((*server)->address());
   EXPECT_FALSE(plain.ok());
   fs::remove_all(pki.dir);
+}
+
+TEST_F(WorkerTest, MutualTlsNeedsAClientCertificate) {
+  TestPki pki(fs::temp_directory_path() / ("worker-mtls-" + std::to_string(::getpid())));
+  ASSERT_TRUE(pki.ok) << "openssl failed";
+  config::WorkerConfig wc;
+  wc.listen = "127.0.0.1:0";
+  wc.name = "M";
+  wc.tls_cert_path = pki.dir / "srv.pem";
+  wc.tls_key_path = pki.dir / "srv.key";
+  wc.tls_client_ca_path = pki.dir / "ca.pem";
+  auto server = WorkerServer::Start(wc, judge_);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  config::ClientConfig cc;
+  cc.endpoints = {(*server)->address()};
+  cc.tls_ca_path = pki.dir / "ca.pem";
+  EXPECT_FALSE(WorkerClient::Create(cc).value()->Info((*server)->address()).ok()) << "no client certificate";
+  cc.tls_cert_path = pki.dir / "cli.pem";
+  cc.tls_key_path = pki.dir / "cli.key";
+  auto good = WorkerClient::Create(cc).value()->Info((*server)->address());
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->worker, "M");
+  fs::remove_all(pki.dir);
+}
+
+TEST_F(WorkerTest, DnsEndpointsExpandToEveryAddress) {
+  std::string port = a_->address().substr(a_->address().rfind(':') + 1);
+  auto client = Client({"dns:localhost:" + port});
+  auto endpoints = client->endpoints();
+  EXPECT_NE(std::find(endpoints.begin(), endpoints.end(), "127.0.0.1:" + port), endpoints.end());
+  auto r = client->Evaluate(task_, Load("cheats/torch_in_forward.py"), "dns");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();  // an unreachable ::1, if any, is retried on 127.0.0.1
+  EXPECT_EQ(r->verdict.outcome, Outcome::kForbidden);
+  config::ClientConfig bad;
+  bad.endpoints = {"dns:no-such-host.invalid:1"};
+  auto c = WorkerClient::Create(bad);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("cannot resolve"), std::string::npos) << c.status().message();
+}
+
+TEST_F(WorkerTest, CacheHitsSkipCompilationAndAreReported) {
+  auto client = Client({b_->address()});
+  auto before = client->Info(b_->address()).value();
+  auto first = client->Evaluate(task_, Load("cpu/relu_ok.py"), "cache-1");
+  auto second = client->Evaluate(task_, Load("cpu/relu_ok.py"), "cache-2");  // a new key: runs again
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(second->verdict.outcome, Outcome::kOk) << second->verdict.message;
+  EXPECT_TRUE(second->verdict.environment.value("compile_cached", false));
+  EXPECT_TRUE(second->verdict.compiled.cached) << "the torch.compile baseline is cached too";
+  auto after = client->Info(b_->address()).value();
+  EXPECT_GE(after.build_cache_hits - before.build_cache_hits, 1);
+  EXPECT_GE(after.baseline_cache_hits - before.baseline_cache_hits, 1);
+  EXPECT_NE(after.toolchain.find("g++"), std::string::npos) << after.toolchain;
+}
+
+TEST_F(WorkerTest, AQuarantinedDeviceIsNotHandedCandidates) {
+  // A worker whose device "has" too little free memory fails its start-up probe.
+  auto sick = Serve("sick", judge_, "", 16, [](config::WorkerConfig* wc) {
+    wc->min_free_memory_mb = int64_t{1} << 40;
+    wc->quarantine_recheck_s = 3600;
+  });
+  auto client = Client({sick->address(), b_->address()});
+  auto info = client->Info(sick->address());
+  ASSERT_TRUE(info.ok());
+  EXPECT_NE(info->quarantine_reason.find("min_free_memory_mb"), std::string::npos) << info->quarantine_reason;
+  auto stub = v1::Worker::NewStub(grpc::CreateChannel(sick->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::HealthResponse health;
+  ASSERT_TRUE(stub->Health(&ctx, v1::HealthRequest(), &health).ok());
+  EXPECT_FALSE(health.serving());
+  for (int i = 0; i < 2; ++i) {
+    auto r = client->Evaluate(task_, Load("cheats/torch_in_forward.py"), "q-" + std::to_string(i));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->worker, "B");
+  }
+  EXPECT_EQ(client->Info(sick->address())->evaluations_done, 0);
+}
+
+const char* kRowSumBinding = R"(#include "binding_registry.h"
+
+extern "C" void row_sum_launch(const float* x, float* y, int64_t rows, int64_t cols);
+
+static torch::Tensor row_sum(torch::Tensor x) {
+  auto y = torch::empty({x.size(0)}, x.options());
+  row_sum_launch(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0), x.size(1));
+  return y;
+}
+
+REGISTER_BINDING(m) { m.def("row_sum", &row_sum); }
+)";
+
+const char* kRowSumKernel = R"(#include <cstdint>
+
+extern "C" void row_sum_launch(const float* x, float* y, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += x[r * cols + c];
+    y[r] = static_cast<float>(s) MISSING_SEMICOLON
+  }
+}
+)";
+
+const char* kRowSumModel = R"(import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return cuda_extension.row_sum(x.contiguous())
+)";
+
+TEST_F(WorkerTest, AnAgentWorkspaceGoesFromABrokenBuildToASubmission) {
+  auto row_sum = kernel_eval::LoadTask(kFixtures / "tasks" / "row_sum.py").value();
+  auto client = Client({a_->address()});
+  auto ws = client->OpenWorkspace(row_sum, {{"kernels/row_sum_binding.cpp", kRowSumBinding}});
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  auto& w = **ws;
+
+  auto none = w.Run(kernel_eval::Stage::kCompile, "c0");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->verdict.outcome, Outcome::kCompileError);
+  EXPECT_NE(none->text.find("no model_new.py"), std::string::npos) << none->text;
+
+  ASSERT_TRUE(w.Write("model_new.py", kRowSumModel)->ok);
+  ASSERT_TRUE(w.Write("kernels/row_sum.cpp", kRowSumKernel)->ok);
+  auto listed = w.List().value();
+  std::map<std::string, bool> seen;
+  for (const auto& f : listed.files) seen[f.path] = f.read_only;
+  EXPECT_TRUE(seen.at("model.py"));
+  EXPECT_TRUE(seen.at("build/binding_registry.h"));
+  EXPECT_FALSE(seen.at("kernels/row_sum.cpp"));
+  EXPECT_NE(w.Read("model.py")->content.find("class Model"), std::string::npos);
+  EXPECT_NE(w.Read("build/binding_registry.h")->content.find("REGISTER_BINDING"), std::string::npos);
+
+  // What the agent gets wrong is an answer it can read, not a failed call.
+  for (auto [path, why] : std::vector<std::pair<std::string, std::string>>{
+           {"model.py", "read-only"}, {"build/ext_main.cpp", "read-only"}, {"../x.py", "not part of the candidate"},
+           {"kernels/../../x.cu", "kernel files"}, {"kernels/a.sh", "end in"}}) {
+    auto r = w.Write(path, "x");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->ok) << path;
+    EXPECT_NE(r->message.find(why), std::string::npos) << path << ": " << r->message;
+  }
+  EXPECT_FALSE(w.Read("kernels/none.cu")->ok);
+  EXPECT_FALSE(w.Write("kernels/huge.h", std::string(5 << 20, 'x'))->ok) << "over workspace_max_kb";
+
+  auto broken = w.Run(kernel_eval::Stage::kCompile, "c1");
+  ASSERT_TRUE(broken.ok()) << broken.status().ToString();
+  EXPECT_EQ(broken->verdict.outcome, Outcome::kCompileError) << broken->text;
+  EXPECT_NE(broken->text.find("MISSING_SEMICOLON"), std::string::npos) << broken->text;
+  EXPECT_EQ(broken->verdict.reward, 0) << "tools earn no reward";
+
+  auto twice = w.Edit("kernels/row_sum.cpp", "s", "t");
+  EXPECT_FALSE(twice->ok);
+  EXPECT_NE(twice->message.find("occurs"), std::string::npos) << twice->message;
+  ASSERT_TRUE(w.Edit("kernels/row_sum.cpp", " MISSING_SEMICOLON", ";")->ok);
+
+  auto compiled = w.Run(kernel_eval::Stage::kCompile, "c2");
+  ASSERT_TRUE(compiled.ok());
+  EXPECT_EQ(compiled->verdict.outcome, Outcome::kOk) << compiled->text;
+  EXPECT_EQ(compiled->verdict.stage, "compile");
+  auto verified = w.Run(kernel_eval::Stage::kVerify, "v1");
+  ASSERT_TRUE(verified.ok());
+  EXPECT_EQ(verified->verdict.outcome, Outcome::kOk) << verified->text;
+  EXPECT_FALSE(verified->verdict.timed);
+  EXPECT_NE(verified->text.find("check check_0: passed"), std::string::npos) << verified->text;
+
+  auto submitted = w.Submit("s1");
+  ASSERT_TRUE(submitted.ok());
+  EXPECT_EQ(submitted->verdict.outcome, Outcome::kOk) << submitted->text;
+  EXPECT_TRUE(submitted->verdict.timed);
+  EXPECT_GE(submitted->verdict.reward, 1);
+  EXPECT_NE(submitted->text.find("speedup"), std::string::npos) << submitted->text;
+  auto again = w.Submit("s1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->from_idempotency_cache);
+  auto late = w.Write("model_new.py", "x = 1\n");
+  EXPECT_FALSE(late->ok);
+  EXPECT_NE(late->message.find("submitted"), std::string::npos);
+  EXPECT_EQ(client->Info(a_->address())->workspaces, 1);
+  ASSERT_TRUE(w.Close().ok());
+  EXPECT_EQ(client->Info(a_->address())->workspaces, 0);
+}
+
+TEST_F(WorkerTest, AWorkspaceMovesWhenItsWorkerDiesOrReapsIt) {
+  auto row_sum = kernel_eval::LoadTask(kFixtures / "tasks" / "row_sum.py").value();
+  auto reaper = Serve("R", judge_, "", 16, [](config::WorkerConfig* wc) { wc->workspace_idle_s = 0.3; });
+  auto client = Client({reaper->address()});
+  auto ws = client->OpenWorkspace(row_sum, {{"model_new.py", kRowSumModel}});
+  ASSERT_TRUE(ws.ok());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(client->Info(reaper->address())->workspaces, 0) << "an idle workspace was not reaped";
+  auto read = (*ws)->Read("model_new.py");  // re-created from the client's mirror
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->content, kRowSumModel);
+  EXPECT_EQ((*ws)->moves(), 1);
+
+  // Its worker shut down: the workspace continues on the other one.
+  auto both = Client({a_->address(), b_->address()});
+  auto moving = both->OpenWorkspace(row_sum, {{"model_new.py", kRowSumModel}});
+  ASSERT_TRUE(moving.ok());
+  ASSERT_TRUE((*moving)->Write("kernels/row_sum_binding.cpp", kRowSumBinding)->ok);
+  ASSERT_TRUE((*moving)->Write("kernels/row_sum.cpp", kRowSumKernel)->ok);
+  ASSERT_TRUE((*moving)->Edit("kernels/row_sum.cpp", " MISSING_SEMICOLON", ";")->ok);
+  std::string first = (*moving)->worker();
+  (first == a_->address() ? a_ : b_)->Shutdown(0);
+  auto verified = (*moving)->Run(kernel_eval::Stage::kVerify, "after-move");
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_EQ(verified->verdict.outcome, Outcome::kOk) << verified->text;
+  EXPECT_NE((*moving)->worker(), first);
+  EXPECT_EQ((*moving)->moves(), 1);
 }
 
 TEST_F(WorkerTest, NonLoopbackWithoutTokenIsRefused) {

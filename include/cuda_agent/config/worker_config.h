@@ -21,6 +21,16 @@ struct WorkerConfig {
   std::string tls_key_path;
   std::string tls_client_ca_path;
   bool allow_insecure_remote = false;
+  std::string workspace_dir;
+  int64_t max_workspaces = 1024;
+  int64_t workspace_max_files = 64;
+  int64_t workspace_max_kb = 4096;
+  double workspace_idle_s = 1800;
+  double workspace_max_s = 6 * 3600;
+  int64_t health_probe_every = 0;
+  double quarantine_recheck_s = 60;
+  int64_t gpu_memory_slack_mb = 2048;
+  int64_t min_free_memory_mb = 0;
 
   template <class V>
   void Visit(V& v) {
@@ -40,6 +50,21 @@ struct WorkerConfig {
       "PEM CA that client certificates must chain to (mutual TLS); empty: no client certificates");
     v("allow_insecure_remote", allow_insecure_remote,
       "serve a non-loopback address without TLS and a token (never on a shared network)");
+    v("workspace_dir", workspace_dir, "where agent workspaces live; empty: <tmp>/cuda-agent-workspaces-<uid>");
+    v("max_workspaces", max_workspaces, "agent workspaces open at once on this worker", Range{1, 1 << 20});
+    v("workspace_max_files", workspace_max_files, "candidate files in one workspace", Range{1, 256});
+    v("workspace_max_kb", workspace_max_kb, "candidate bytes in one workspace, KiB", Range{1, 16384});
+    v("workspace_idle_s", workspace_idle_s, "a workspace untouched this long is closed", Range{0.1, 1e7});
+    v("workspace_max_s", workspace_max_s, "a workspace older than this is closed", Range{1, 1e8});
+    v("health_probe_every", health_probe_every,
+      "probe the device after every N evaluations (0: only after a crash or timeout of a candidate)",
+      Range{0, 1 << 30});
+    v("quarantine_recheck_s", quarantine_recheck_s, "how often a quarantined device is probed again, seconds",
+      Range{0.1, 86400});
+    v("gpu_memory_slack_mb", gpu_memory_slack_mb,
+      "quarantine the GPU when its free memory is this far below what it was at start", Range{0, 1 << 30});
+    v("min_free_memory_mb", min_free_memory_mb, "quarantine the device when less memory than this is free",
+      Range{0, 1LL << 40});
   }
 };
 

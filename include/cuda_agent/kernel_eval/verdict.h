@@ -21,6 +21,13 @@ enum class Outcome {
 };
 
 const char* OutcomeName(Outcome outcome);
+
+// How far an evaluation went: an agent's tools stop after compiling or after
+// the correctness checks; a submission goes through timing.
+enum class Stage { kCompile, kVerify, kProfile };
+
+const char* StageName(Stage stage);
+bool ParseStage(const std::string& name, Stage* stage);
 bool ParseOutcome(const std::string& name, Outcome* outcome);
 
 // Statistics of one implementation's timed calls, milliseconds.
@@ -45,7 +52,8 @@ struct CheckResult {
 struct Verdict {
   Outcome outcome = Outcome::kRuntimeError;
   std::string message;  // one line: why this outcome
-  double reward = 0;
+  double reward = 0;    // 0 unless stage is profile
+  std::string stage = "profile";
 
   std::string compile_log;  // truncated compiler / import output
   std::vector<std::string> compile_commands;
@@ -65,6 +73,9 @@ struct Verdict {
   nlohmann::json ToJson() const;
   // A few human-readable lines.
   std::string Summary() const;
+  // What an agent reads after running a tool: the outcome, then the compiler
+  // output, failed checks or timings that explain it.
+  std::string AgentReport() const;
 };
 
 }  // namespace cuda_agent::kernel_eval

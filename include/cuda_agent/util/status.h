@@ -20,6 +20,7 @@ enum class StatusCode {
   kDeadlineExceeded,    // a wall-clock limit ran out
   kUnavailable,         // transient infrastructure failure; may be retried
   kCancelled,           // the caller gave up
+  kResourceExhausted,   // a limit was reached (queue, workspaces); try later or elsewhere
   kInternal,            // a broken invariant of infrastructure (worker died)
 };
 
@@ -49,6 +50,7 @@ inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 // Holds a T or a non-OK Status.

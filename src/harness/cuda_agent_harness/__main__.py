@@ -26,6 +26,10 @@ def main(argv):
         from . import build
         channel.send(event="compiled", **build.compile_candidate(spec))
         return 0
+    if mode == "probe":
+        from . import probe
+        channel.send(event="probe", **probe.probe(spec))
+        return 0
     if mode == "reference":
         from . import reference
         return reference.run(spec, channel)
