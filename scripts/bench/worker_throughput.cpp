@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   for (int pass = 1; pass <= repeat; ++pass) {
     std::vector<double> latencies;
     std::map<std::string, int> outcomes;
+    std::map<std::string, double> phase_sums;  // seconds per judge phase, summed over verdicts
     std::mutex mu;
     std::atomic<size_t> next{0};
     auto start = Clock::now();
@@ -116,6 +117,8 @@ int main(int argc, char** argv) {
           std::lock_guard<std::mutex> lock(mu);
           latencies.push_back(s);
           outcomes[r.ok() ? kernel_eval::OutcomeName(r->verdict.outcome) : "CALL_FAILED"]++;
+          if (r.ok())
+            for (const auto& [phase, seconds] : r->verdict.phase_seconds) phase_sums[phase] += seconds;
         }
       });
     }
@@ -130,7 +133,8 @@ int main(int argc, char** argv) {
                           {"per_min", 60.0 * latencies.size() / wall},
                           {"p50_s", pct(0.50)},
                           {"p95_s", pct(0.95)},
-                          {"outcomes", outcomes}};
+                          {"outcomes", outcomes},
+                          {"phase_sums_s", phase_sums}};
     std::cout << (pass == 1 ? "cold" : "warm") << " pass " << pass << ": " << latencies.size() << " evaluations in "
               << wall << " s = " << row["per_min"].get<double>() << "/min, p50 " << row["p50_s"].get<double>()
               << " s, p95 " << row["p95_s"].get<double>() << " s, outcomes " << nlohmann::json(outcomes).dump()

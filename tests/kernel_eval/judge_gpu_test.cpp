@@ -19,6 +19,7 @@ struct GpuCase {
   const char* candidate;
   Outcome outcome;
 };
+void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.candidate; }
 
 class JudgeGpuTest : public ::testing::TestWithParam<GpuCase> {
  protected:

@@ -57,6 +57,7 @@ struct Honest {
   const char* task;
   const char* candidate;
 };
+void PrintTo(const Honest& h, std::ostream* os) { *os << h.task << ":" << h.candidate; }
 
 class HonestTest : public JudgeTest, public ::testing::WithParamInterface<Honest> {};
 
@@ -159,6 +160,7 @@ struct Cheat {
   const char* evidence;  // expected in the message or the cheats list
   bool static_checks;
 };
+void PrintTo(const Cheat& c, std::ostream* os) { *os << c.candidate; }
 
 class CheatTest : public JudgeTest, public ::testing::WithParamInterface<Cheat> {};
 
