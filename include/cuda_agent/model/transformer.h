@@ -1,0 +1,76 @@
+// The policy network: a decoder-only transformer (Llama / Qwen2 / Qwen3) in
+// plain ATen ops, with Hugging Face parameter names, so one set of weights
+// serves generation (KV cache) and training (autograd) in the same process.
+//
+//   auto model = Transformer::Load("Qwen2.5-0.5B", {at::kBFloat16, at::kCUDA});
+//   at::Tensor logits = (*model)->Forward(ids, positions);          // [B, T, V]
+//
+// Numerics follow transformers: RMSNorm in fp32 then cast, rotary tables in
+// fp32 cast to the activation dtype, attention through
+// at::scaled_dot_product_attention (flash on CUDA), SwiGLU MLP.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_agent/model/model_config.h"
+#include "cuda_agent/util/status.h"
+
+namespace cuda_agent::model {
+
+struct LoadOptions {
+  c10::ScalarType dtype = c10::kFloat;  // weights and activations
+  c10::Device device = c10::kCPU;
+  bool value_head = false;  // a scalar head on the last hidden state (PPO's critic)
+};
+
+// Keys and values of every layer for `slots` sequences of up to `max_len` tokens.
+struct KvCache {
+  std::vector<at::Tensor> k, v;  // per layer [slots, max_len, kv_heads, head_dim]
+  int64_t slots = 0, max_len = 0;
+  static KvCache Allocate(const ModelConfig& config, int64_t slots, int64_t max_len, c10::ScalarType dtype,
+                          c10::Device device);
+};
+
+class Transformer {
+ public:
+  // config.json + safetensors (single or sharded) of `dir`; every tensor must be
+  // present with its exact shape, and no unknown tensor may be left over.
+  static StatusOr<std::unique_ptr<Transformer>> Load(const std::filesystem::path& dir, const LoadOptions& options);
+  // Fresh weights as transformers initialises them (normal(0, 0.02), norms 1).
+  static std::unique_ptr<Transformer> Random(const ModelConfig& config, const LoadOptions& options, uint64_t seed);
+  ~Transformer();
+
+  // ids, positions: [B, T] int64 on the model's device. Without a cache, row
+  // b attends causally within itself (right padding is harmless). With one,
+  // row b's keys and values are written into cache slot slots[b] at
+  // positions[b, t], and each query attends the slot's keys at positions up to
+  // its own. `values` (value head only): [B, T].
+  at::Tensor Forward(const at::Tensor& ids, const at::Tensor& positions, KvCache* cache = nullptr,
+                     const at::Tensor& slots = {}, at::Tensor* values = nullptr) const;
+
+  // Hugging Face name -> parameter; the value head as value_head.weight/bias.
+  const std::vector<std::pair<std::string, at::Tensor>>& parameters() const;
+  const ModelConfig& config() const;
+  const LoadOptions& options() const;
+
+  // A Hugging Face directory: config.json, model.safetensors (in the model's
+  // dtype), and the tokenizer files of `tokenizer_dir` if given. The value head
+  // is written only with `with_value_head`.
+  Status Save(const std::filesystem::path& dir, const std::filesystem::path& tokenizer_dir = {},
+              bool with_value_head = false) const;
+
+ private:
+  Transformer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cuda_agent::model
