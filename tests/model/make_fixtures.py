@@ -47,6 +47,16 @@ def logits_of(model):
     return out
 
 
+def byte_tokenizer(path):
+    """A 256-token byte-level BPE tokenizer (no merges) matching the models' vocab."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(path)
+
+
 def make(out_dir):
     for name, config in configs().items():
         torch.manual_seed(1234)
@@ -59,6 +69,7 @@ def make(out_dir):
         d = os.path.join(out_dir, name)
         model.save_pretrained(d, safe_serialization=True, max_shard_size="100KB" if name == "qwen2" else "1GB")
         save_file(logits_of(model), os.path.join(d, "expected.safetensors"))
+        byte_tokenizer(os.path.join(d, "tokenizer.json"))
         greedy = []
         with torch.no_grad():
             for p in PROMPTS:

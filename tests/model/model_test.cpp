@@ -15,35 +15,15 @@
 #include "cuda_agent/model/safetensors.h"
 #include "cuda_agent/util/file.h"
 #include "cuda_agent/util/hash.h"
+#include "model_fixtures.h"
 
 namespace cuda_agent::model {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const fs::path kScript = fs::path(CUDA_AGENT_TEST_FIXTURES) / "model" / "make_fixtures.py";
-
-// Made once per version of make_fixtures.py, in the build tree's test cache.
-fs::path FixtureDir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::path(CUDA_AGENT_TEST_CACHE) / ("models-" + Sha256Hex(ReadFile(kScript).value()).substr(0, 12));
-    if (fs::exists(d)) return d;
-    fs::path tmp = d.string() + ".tmp" + std::to_string(::getpid());
-    std::string cmd = "python3 " + kScript.string() + " " + tmp.string() + " > /dev/null 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << "make_fixtures.py failed (is transformers installed?)";
-    std::error_code ec;
-    fs::rename(tmp, d, ec);
-    if (ec) fs::remove_all(tmp, ec);
-    return d;
-  }();
-  return dir;
-}
-
-at::Tensor ReadTensor(const fs::path& file, const std::string& name) {
-  auto reader = SafetensorsReader::Open(file).value();
-  TensorView v = reader->Get(name).value();
-  return at::from_blob(const_cast<void*>(v.data), v.shape, at::kFloat).clone();
-}
+fs::path FixtureDir() { return ModelFixtureDir(); }
+at::Tensor ReadTensor(const fs::path& file, const std::string& name) { return ReadFixtureTensor(file, name); }
 
 json Greedy(const std::string& arch) { return json::parse(ReadFile(FixtureDir() / arch / "greedy.json").value()); }
 
@@ -114,7 +94,7 @@ TEST_P(ParityTest, SavedModelsLoadInTransformersWithTheSameLogits) {
   fs::path out = fs::temp_directory_path() / ("exported-" + GetParam() + "-" + std::to_string(::getpid()));
   ASSERT_TRUE(model->Save(out).ok());
   fs::path logits = out / "logits.safetensors";
-  std::string cmd = "python3 " + kScript.string() + " --logits " + out.string() + " " + logits.string() + " 2>/dev/null";
+  std::string cmd = "python3 " + ModelFixtureScript().string() + " --logits " + out.string() + " " + logits.string() + " 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "transformers could not load the export";
   for (int i = 0; i < 3; ++i) {
     std::string name = "logits_" + std::to_string(i);

@@ -1,0 +1,102 @@
+// Batched sampling from a Transformer with a preallocated KV cache and
+// continuous batching: up to `max_batch` sequences decode together; one that
+// finishes frees its slot, and the next request takes it. A slot keeps the
+// keys and values of what it last held, so a request whose prompt extends
+// them (the next turn of an agent, sent with the same cache_key) only
+// prefills the new tokens.
+//
+//   Generator gen(model, tokenizer, {.max_batch = 64, .max_seq_len = 8192});
+//   auto results = gen.Generate(requests);   // or Submit() + Step() from a loop
+//
+// Sampling (greedy, temperature, top-k, top-p) runs batched on the model's
+// device; each result carries the log-probability of every sampled token under
+// the distribution it was drawn from (for greedy: the untempered softmax).
+#pragma once
+
+#include <ATen/core/Generator.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_agent/model/transformer.h"
+#include "cuda_agent/tokenizer/tokenizer.h"
+
+namespace cuda_agent::model {
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0: greedy
+  double top_p = 1.0;
+  int64_t top_k = 0;  // 0: no limit
+  int64_t max_new_tokens = 256;
+  std::vector<int32_t> stop_token_ids;   // kept as the last token
+  std::vector<std::string> stop_strings;  // kept in the text
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  std::string cache_key;  // e.g. a trajectory id: its next turn reuses the cached prefix
+};
+
+struct GenerationResult {
+  int64_t id = -1;  // Submit()'s handle
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string finish_reason;  // stop_token, stop_string, length, context
+  int64_t reused_prefix = 0;  // prompt tokens served from the cache
+};
+
+struct GeneratorOptions {
+  int64_t max_batch = 16;     // KV-cache slots
+  int64_t max_seq_len = 4096;  // prompt + generated tokens per sequence
+  uint64_t seed = 0;
+};
+
+struct GeneratorStats {
+  int64_t prefill_tokens = 0, reused_tokens = 0, decode_steps = 0, generated_tokens = 0;
+};
+
+class Generator {
+ public:
+  // `tokenizer` may be null when no request uses stop strings.
+  Generator(const Transformer& model, std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
+            const GeneratorOptions& options);
+  ~Generator();
+
+  // Queues a request; returns its id.
+  int64_t Submit(GenerationRequest request);
+  // Admits queued requests into free slots (prefill), then decodes one token
+  // for every running sequence. Returns the sequences that finished.
+  std::vector<GenerationResult> Step();
+  bool Idle() const;
+  // The trajectory `cache_key` is over: its slot's cache may go to anyone.
+  void Release(const std::string& cache_key);
+  // Submits all, steps until done; results in request order.
+  std::vector<GenerationResult> Generate(const std::vector<GenerationRequest>& requests);
+
+  const GeneratorStats& stats() const { return stats_; }
+
+ private:
+  struct Slot;
+  void Admit(std::vector<GenerationResult>* finished);
+  // Samples one token per row of `logits` [B, V] for the sequences in `slots`.
+  void SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
+                       std::vector<GenerationResult>* finished);
+  bool Finished(Slot& slot);
+
+  const Transformer& model_;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  GeneratorOptions options_;
+  KvCache cache_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::deque<std::pair<int64_t, GenerationRequest>> queue_;
+  int64_t next_id_ = 0;
+  uint64_t clock_ = 0;  // for least-recently-used slot choice
+  at::Generator rng_;
+  GeneratorStats stats_;
+};
+
+}  // namespace cuda_agent::model

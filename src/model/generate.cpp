@@ -1,0 +1,247 @@
+#include "cuda_agent/model/generate.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+
+#if defined(__has_include)
+#if __has_include(<ATen/cuda/CUDAGeneratorImpl.h>)
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#define CUDA_AGENT_HAVE_CUDA_GENERATOR 1
+#endif
+#endif
+
+namespace cuda_agent::model {
+
+struct Generator::Slot {
+  bool running = false;
+  int64_t id = -1;
+  GenerationRequest request;
+  std::vector<int32_t> cached;  // tokens whose keys/values are in this slot, in order
+  std::vector<int32_t> generated;
+  std::vector<float> logprobs;
+  std::string finish_reason;
+  int64_t reused = 0;
+  uint64_t last_used = 0;
+};
+
+namespace {
+
+at::Generator MakeRng(c10::Device device, uint64_t seed) {
+#ifdef CUDA_AGENT_HAVE_CUDA_GENERATOR
+  if (device.is_cuda()) {
+    auto g = at::make_generator<at::CUDAGeneratorImpl>(device.index() < 0 ? 0 : device.index());
+    g.set_current_seed(seed);
+    return g;
+  }
+#endif
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
+
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+}  // namespace
+
+Generator::Generator(const Transformer& model, std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
+                     const GeneratorOptions& options)
+    : model_(model), tokenizer_(std::move(tokenizer)), options_(options) {
+  const LoadOptions& lo = model.options();
+  cache_ = KvCache::Allocate(model.config(), options.max_batch, options.max_seq_len, lo.dtype, lo.device);
+  for (int64_t i = 0; i < options.max_batch; ++i) slots_.push_back(std::make_unique<Slot>());
+  rng_ = MakeRng(lo.device, options.seed);
+}
+
+Generator::~Generator() = default;
+
+int64_t Generator::Submit(GenerationRequest request) {
+  int64_t id = next_id_++;
+  queue_.emplace_back(id, std::move(request));
+  return id;
+}
+
+bool Generator::Idle() const {
+  if (!queue_.empty()) return false;
+  return std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->running; });
+}
+
+void Generator::Release(const std::string& cache_key) {
+  for (auto& s : slots_)
+    if (!s->running && s->request.cache_key == cache_key) s->request.cache_key.clear();
+}
+
+void Generator::Admit(std::vector<GenerationResult>* finished) {
+  const c10::Device device = model_.options().device;
+  while (!queue_.empty()) {
+    // A free slot: the one holding this request's key; else one no live key
+    // holds, sharing the longest prefix, least recently used first; a slot
+    // another key holds only when nothing else is free.
+    auto& [id, request] = queue_.front();
+    Slot* best = nullptr;
+    auto score = [&](const Slot& s) {
+      bool same_key = !request.cache_key.empty() && s.request.cache_key == request.cache_key;
+      bool keyed = !s.request.cache_key.empty();
+      return std::make_tuple(same_key ? 1 : 0, keyed ? 0 : 1,
+                             static_cast<int64_t>(CommonPrefix(s.cached, request.prompt)), ~s.last_used);
+    };
+    for (auto& s : slots_)
+      if (!s->running && (best == nullptr || score(*s) > score(*best))) best = s.get();
+    if (best == nullptr) return;
+    Slot& slot = *best;
+    int64_t slot_index = std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) { return s.get() == best; }) -
+                         slots_.begin();
+    slot.running = true;
+    slot.id = id;
+    slot.request = std::move(request);
+    queue_.pop_front();
+    slot.generated.clear();
+    slot.logprobs.clear();
+    slot.finish_reason.clear();
+    slot.last_used = ++clock_;
+    const auto& prompt = slot.request.prompt;
+    if (prompt.empty() || static_cast<int64_t>(prompt.size()) >= options_.max_seq_len) {
+      slot.finish_reason = "context";
+      continue;
+    }
+    // Reuse the cached prefix; at least the last prompt token is run again for its logits.
+    int64_t reuse = std::min<int64_t>(CommonPrefix(slot.cached, prompt), static_cast<int64_t>(prompt.size()) - 1);
+    slot.reused = reuse;
+    stats_.reused_tokens += reuse;
+    int64_t n = static_cast<int64_t>(prompt.size()) - reuse;
+    stats_.prefill_tokens += n;
+    std::vector<int64_t> ids(prompt.begin() + reuse, prompt.end());
+    at::Tensor ids_t = at::tensor(ids, at::kLong).view({1, n}).to(device);
+    at::Tensor positions = at::arange(reuse, reuse + n, at::TensorOptions().dtype(at::kLong).device(device)).view({1, n});
+    at::Tensor slot_t = at::tensor({slot_index}, at::kLong).to(device);
+    at::Tensor logits = model_.Forward(ids_t, positions, &cache_, slot_t).select(1, n - 1);  // [1, V]
+    slot.cached.assign(prompt.begin(), prompt.end());
+    SampleAndAppend(logits, {slot_index}, finished);
+  }
+}
+
+void Generator::SampleAndAppend(const at::Tensor& logits_in, const std::vector<int64_t>& slot_ids,
+                                std::vector<GenerationResult>* finished) {
+  const int64_t B = static_cast<int64_t>(slot_ids.size());
+  at::Tensor logits = logits_in.to(at::kFloat);
+  auto options = logits.options();
+  std::vector<double> temps(B), top_ps(B);
+  std::vector<int64_t> top_ks(B);
+  std::vector<uint8_t> greedy(B);
+  bool any_sampled = false;
+  for (int64_t b = 0; b < B; ++b) {
+    const SamplingParams& p = slots_[slot_ids[b]]->request.sampling;
+    temps[b] = p.temperature > 0 ? p.temperature : 1.0;
+    top_ps[b] = p.top_p;
+    top_ks[b] = p.top_k > 0 ? p.top_k : logits.size(1);
+    greedy[b] = p.temperature > 0 ? 0 : 1;
+    any_sampled |= p.temperature > 0;
+  }
+
+  at::Tensor tokens = logits.argmax(-1);
+  at::Tensor logprobs = at::log_softmax(logits, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
+  if (any_sampled) {
+    at::Tensor scaled = logits / at::tensor(temps, at::kDouble).to(options).unsqueeze(1);
+    // Top-k and top-p on the sorted row: keep rank < k and the smallest prefix
+    // whose probability reaches p (the first token always stays).
+    auto [sorted, order] = scaled.sort(-1, /*descending=*/true);
+    at::Tensor probs = at::softmax(sorted, -1);
+    at::Tensor before = probs.cumsum(-1) - probs;
+    at::Tensor rank = at::arange(sorted.size(1), options.dtype(at::kLong)).unsqueeze(0);
+    at::Tensor keep = (rank < at::tensor(top_ks, at::kLong).to(logits.device()).unsqueeze(1))
+                          .logical_and(before < at::tensor(top_ps, at::kDouble).to(options).unsqueeze(1));
+    keep.select(1, 0).fill_(true);
+    at::Tensor masked = sorted.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
+    at::Tensor dist = at::softmax(masked, -1);
+    at::Tensor pick = at::multinomial(dist, 1, false, rng_);  // index into the sorted row
+    at::Tensor sampled = order.gather(1, pick).squeeze(1);
+    at::Tensor sampled_logprob = at::log_softmax(masked, -1).gather(1, pick).squeeze(1);
+    at::Tensor greedy_mask = at::tensor(greedy, at::kByte).to(logits.device()).to(at::kBool);
+    tokens = at::where(greedy_mask, tokens, sampled);
+    logprobs = at::where(greedy_mask, logprobs, sampled_logprob);
+  }
+  at::Tensor tokens_cpu = tokens.to(at::kCPU), logprobs_cpu = logprobs.to(at::kCPU);
+  const int64_t* tok = tokens_cpu.data_ptr<int64_t>();
+  const float* lp = logprobs_cpu.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    Slot& s = *slots_[slot_ids[b]];
+    s.generated.push_back(static_cast<int32_t>(tok[b]));
+    s.logprobs.push_back(lp[b]);
+    ++stats_.generated_tokens;
+    if (Finished(s)) {
+      finished->push_back({s.id, s.generated, s.logprobs, s.finish_reason, s.reused});
+      s.running = false;
+    }
+  }
+}
+
+bool Generator::Finished(Slot& s) {
+  const SamplingParams& p = s.request.sampling;
+  int32_t last = s.generated.back();
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end()) {
+    s.finish_reason = "stop_token";
+  } else if (!p.stop_strings.empty() && tokenizer_) {
+    size_t tail = std::min<size_t>(s.generated.size(), 32);
+    std::string text =
+        tokenizer_->Decode(std::vector<int32_t>(s.generated.end() - static_cast<int64_t>(tail), s.generated.end()));
+    for (const auto& stop : p.stop_strings)
+      if (!stop.empty() && text.find(stop) != std::string::npos) s.finish_reason = "stop_string";
+  }
+  if (s.finish_reason.empty() && static_cast<int64_t>(s.generated.size()) >= p.max_new_tokens)
+    s.finish_reason = "length";
+  if (s.finish_reason.empty() &&
+      static_cast<int64_t>(s.request.prompt.size() + s.generated.size()) >= options_.max_seq_len)
+    s.finish_reason = "context";
+  return !s.finish_reason.empty();
+}
+
+std::vector<GenerationResult> Generator::Step() {
+  c10::InferenceMode inference;
+  std::vector<GenerationResult> finished;
+  Admit(&finished);
+  // Requests that ended at admission (empty or too long, or done after one token).
+  std::vector<int64_t> running;
+  for (int64_t i = 0; i < static_cast<int64_t>(slots_.size()); ++i) {
+    Slot& s = *slots_[i];
+    if (!s.running) continue;
+    if (!s.finish_reason.empty()) {
+      finished.push_back({s.id, s.generated, s.logprobs, s.finish_reason, s.reused});
+      s.running = false;
+      continue;
+    }
+    running.push_back(i);
+  }
+  if (running.empty()) return finished;
+  const c10::Device device = model_.options().device;
+  const int64_t B = static_cast<int64_t>(running.size());
+  std::vector<int64_t> ids(B), positions(B);
+  for (int64_t b = 0; b < B; ++b) {
+    Slot& s = *slots_[running[b]];
+    ids[b] = s.generated.back();
+    positions[b] = static_cast<int64_t>(s.cached.size());
+    s.cached.push_back(s.generated.back());
+    s.last_used = ++clock_;
+  }
+  auto on = [&](std::vector<int64_t>& v, std::vector<int64_t> shape) {
+    return at::tensor(v, at::kLong).view(shape).to(device);
+  };
+  at::Tensor logits = model_.Forward(on(ids, {B, 1}), on(positions, {B, 1}), &cache_, on(running, {B})).select(1, 0);
+  ++stats_.decode_steps;
+  SampleAndAppend(logits, running, &finished);
+  return finished;
+}
+
+std::vector<GenerationResult> Generator::Generate(const std::vector<GenerationRequest>& requests) {
+  std::vector<int64_t> ids;
+  for (const auto& r : requests) ids.push_back(Submit(r));
+  std::vector<GenerationResult> results(requests.size());
+  while (!Idle())
+    for (auto& r : Step()) results[std::find(ids.begin(), ids.end(), r.id) - ids.begin()] = std::move(r);
+  return results;
+}
+
+}  // namespace cuda_agent::model

@@ -1,0 +1,151 @@
+// The generator: continuous batching, the KV cache and sampling, checked
+// against transformers' greedy decoding and logits (make_fixtures.py).
+#include "cuda_agent/model/generate.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/model/safetensors.h"
+#include "cuda_agent/util/file.h"
+#include "model_fixtures.h"
+
+namespace cuda_agent::model {
+namespace {
+using nlohmann::json;
+
+struct Fixture {
+  std::unique_ptr<Transformer> model;
+  std::vector<std::vector<int32_t>> prompts, continuations;
+  at::Tensor expected_logits(int i) const {
+    return ReadFixtureTensor(ModelFixtureDir() / "qwen3" / "expected.safetensors", "logits_" + std::to_string(i));
+  }
+};
+
+Fixture Load(const std::string& arch = "qwen3") {
+  Fixture f;
+  f.model = Transformer::Load(ModelFixtureDir() / arch, {}).value();
+  json g = json::parse(ReadFile(ModelFixtureDir() / arch / "greedy.json").value());
+  f.prompts = g["prompts"].get<std::vector<std::vector<int32_t>>>();
+  f.continuations = g["continuations"].get<std::vector<std::vector<int32_t>>>();
+  return f;
+}
+
+GenerationRequest Greedy(const std::vector<int32_t>& prompt, int64_t n) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0;
+  r.sampling.max_new_tokens = n;
+  return r;
+}
+
+TEST(GeneratorTest, ContinuousBatchingMatchesTransformersGreedy) {
+  for (std::string arch : {"llama", "qwen2", "qwen3"}) {
+    Fixture f = Load(arch);
+    Generator gen(*f.model, nullptr, {/*max_batch=*/2, /*max_seq_len=*/64, 0});  // 3 requests, 2 slots
+    std::vector<GenerationRequest> requests;
+    for (const auto& p : f.prompts) requests.push_back(Greedy(p, static_cast<int64_t>(f.continuations[0].size())));
+    auto results = gen.Generate(requests);
+    for (size_t i = 0; i < results.size(); ++i) {
+      EXPECT_EQ(results[i].tokens, f.continuations[i]) << arch << " prompt " << i;
+      EXPECT_EQ(results[i].finish_reason, "length");
+    }
+  }
+}
+
+TEST(GeneratorTest, GreedyLogprobsAreTheModelsLogSoftmax) {
+  Fixture f = Load();
+  Generator gen(*f.model, nullptr, {4, 64, 0});
+  auto r = gen.Generate({Greedy(f.prompts[0], 1)})[0];
+  at::Tensor last = f.expected_logits(0)[-1];
+  double expected = at::log_softmax(last, -1)[r.tokens[0]].item<double>();
+  EXPECT_NEAR(r.logprobs[0], expected, 1e-4);
+}
+
+TEST(GeneratorTest, SamplesFollowTheTruncatedDistributionAndReportItsLogprobs) {
+  Fixture f = Load();
+  at::Tensor probs = at::softmax(f.expected_logits(0)[-1] / 0.7, -1);
+  auto [top, top_ids] = probs.topk(5);
+  at::Tensor top_probs = top / top.sum();
+  std::map<int32_t, double> allowed;
+  for (int k = 0; k < 5; ++k) allowed[top_ids[k].item<int32_t>()] = top_probs[k].item<double>();
+
+  Generator gen(*f.model, nullptr, {64, 32, 7});
+  GenerationRequest r = Greedy(f.prompts[0], 1);
+  r.sampling.temperature = 0.7;
+  r.sampling.top_k = 5;
+  const int n = 3000;
+  auto results = gen.Generate(std::vector<GenerationRequest>(n, r));
+  std::map<int32_t, int> counts;
+  for (const auto& res : results) {
+    int32_t t = res.tokens[0];
+    ASSERT_TRUE(allowed.count(t)) << "token " << t << " is outside the top 5";
+    EXPECT_NEAR(res.logprobs[0], std::log(allowed[t]), 1e-4);
+    ++counts[t];
+  }
+  for (const auto& [t, p] : allowed)  // 4.5 sigma of a binomial with n = 3000
+    EXPECT_NEAR(counts[t] / double(n), p, 4.5 * std::sqrt(p * (1 - p) / n) + 1e-3) << "token " << t;
+}
+
+TEST(GeneratorTest, TinyTopPOrTopOneIsGreedy) {
+  Fixture f = Load();
+  Generator gen(*f.model, nullptr, {4, 64, 3});
+  GenerationRequest a = Greedy(f.prompts[2], 12), b = a;
+  a.sampling.temperature = 1.0;
+  a.sampling.top_p = 1e-9;
+  b.sampling.temperature = 1.3;
+  b.sampling.top_k = 1;
+  auto results = gen.Generate({a, b});
+  EXPECT_EQ(results[0].tokens, f.continuations[2]);
+  EXPECT_EQ(results[1].tokens, f.continuations[2]);
+  EXPECT_NEAR(results[1].logprobs[3], 0.0, 1e-6);  // one candidate: probability 1
+}
+
+TEST(GeneratorTest, ANextTurnReusesItsCachedPrefix) {
+  Fixture f = Load();
+  Generator gen(*f.model, nullptr, {2, 64, 0});
+  GenerationRequest first = Greedy(f.prompts[0], 6);
+  first.cache_key = "trajectory-1";
+  auto a = gen.Generate({first})[0];
+  // Another trajectory runs meanwhile; it must not take trajectory-1's slot.
+  GenerationRequest other = Greedy(f.prompts[1], 3);
+  other.cache_key = "trajectory-2";
+  gen.Generate({other});
+  GenerationRequest next = first;
+  next.prompt.insert(next.prompt.end(), a.tokens.begin(), a.tokens.end());
+  for (int32_t t : {5, 6, 7}) next.prompt.push_back(t);  // the tool's answer
+  auto b = gen.Generate({next})[0];
+  EXPECT_EQ(b.reused_prefix, static_cast<int64_t>(f.prompts[0].size() + a.tokens.size() - 1));
+  Generator fresh(*f.model, nullptr, {1, 64, 0});
+  EXPECT_EQ(b.tokens, fresh.Generate({next})[0].tokens);
+}
+
+TEST(GeneratorTest, StopTokensStopStringsAndLimitsEndSequences) {
+  Fixture f = Load();
+  auto tok = tokenizer::Tokenizer::Load(ModelFixtureDir() / "qwen3").value();
+  Generator gen(*f.model, tok, {4, 16, 0});
+  const auto& cont = f.continuations[0];
+  GenerationRequest stop_token = Greedy(f.prompts[0], 12);
+  stop_token.sampling.stop_token_ids = {cont[2]};
+  GenerationRequest stop_string = Greedy(f.prompts[0], 12);
+  stop_string.sampling.stop_strings = {tok->Decode({cont[1], cont[2]})};
+  GenerationRequest context = Greedy(f.prompts[0], 100);  // 9 prompt tokens, 16 in all
+  GenerationRequest too_long = Greedy(std::vector<int32_t>(16, 3), 4);
+  auto r = gen.Generate({stop_token, stop_string, context, too_long});
+  size_t first = std::find(cont.begin(), cont.end(), cont[2]) - cont.begin();
+  EXPECT_EQ(r[0].finish_reason, "stop_token");
+  EXPECT_EQ(r[0].tokens.size(), first + 1);
+  EXPECT_EQ(r[1].finish_reason, "stop_string");
+  EXPECT_LE(r[1].tokens.size(), 3u);
+  EXPECT_EQ(r[2].finish_reason, "context");
+  EXPECT_EQ(r[2].tokens.size(), 16u - f.prompts[0].size());
+  EXPECT_EQ(r[3].finish_reason, "context");
+  EXPECT_TRUE(r[3].tokens.empty());
+}
+
+}  // namespace
+}  // namespace cuda_agent::model
