@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   auto check = cuda_agent::cli::AddCheckCommand(&app);
   auto config = cuda_agent::cli::AddConfigCommand(&app);
   auto worker = cuda_agent::cli::AddWorkerCommand(&app);
+  auto generate = cuda_agent::cli::AddGenerateCommand(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -20,5 +21,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("check")) return check();
   if (app.got_subcommand("config")) return config();
   if (app.got_subcommand("worker")) return worker();
+  if (app.got_subcommand("generate")) return generate();
   return 2;
 }

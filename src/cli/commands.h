@@ -27,6 +27,8 @@ std::function<int()> AddCheckCommand(CLI::App* app);
 std::function<int()> AddConfigCommand(CLI::App* app);
 // Registers `worker` (serve the judge over gRPC).
 std::function<int()> AddWorkerCommand(CLI::App* app);
+// Registers `generate` (sample from a checkpoint with the policy's generator).
+std::function<int()> AddGenerateCommand(CLI::App* app);
 
 // Prints `status` and returns the exit code for it: 2 for bad usage or input, 1 otherwise.
 int Fail(const Status& status);
