@@ -240,7 +240,9 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
 
   at::Tensor mask, slot_rows;
   int64_t span = 0;
+  bool leading_slots = false;  // slots are 0..B-1: the cache rows need no gather
   if (cache != nullptr) {
+    leading_slots = slots.equal(at::arange(B, slots.options()));
     span = positions.max().item<int64_t>() + 1;  // keys any query here may see
     at::Tensor key_pos = at::arange(span, positions.options());
     mask = key_pos.view({1, 1, 1, span}) <= positions.view({B, 1, T, 1});  // [B, 1, T, span]
@@ -265,8 +267,12 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
     if (cache != nullptr) {
       cache->k[i].index_put_({slot_rows, positions}, k);
       cache->v[i].index_put_({slot_rows, positions}, v);
-      at::Tensor kk = cache->k[i].index_select(0, slots).narrow(1, 0, span).transpose(1, 2);
-      at::Tensor vv = cache->v[i].index_select(0, slots).narrow(1, 0, span).transpose(1, 2);
+      at::Tensor kk = (leading_slots ? cache->k[i].narrow(0, 0, B) : cache->k[i].index_select(0, slots))
+                          .narrow(1, 0, span)
+                          .transpose(1, 2);
+      at::Tensor vv = (leading_slots ? cache->v[i].narrow(0, 0, B) : cache->v[i].index_select(0, slots))
+                          .narrow(1, 0, span)
+                          .transpose(1, 2);
       attn = at::scaled_dot_product_attention(q.transpose(1, 2), kk, vv, mask, 0.0, false, scale, true);
     } else {
       attn = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
