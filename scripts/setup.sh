@@ -9,7 +9,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libcli11-dev
-  libseccomp-dev libpcre2-dev libutf8proc-dev libssl-dev openssl python3 python3-pip
+  libseccomp-dev libpcre2-dev libutf8proc-dev libgloo-dev libssl-dev openssl python3 python3-pip
 )
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=4.57.1

@@ -75,6 +75,13 @@ void Generator::Release(const std::string& cache_key) {
     if (!s->running && s->request.cache_key == cache_key) s->request.cache_key.clear();
 }
 
+void Generator::ResetCache() {
+  for (auto& s : slots_) {
+    s->cached.clear();
+    if (!s->running) s->request.cache_key.clear();
+  }
+}
+
 void Generator::Admit(std::vector<GenerationResult>* finished) {
   const c10::Device device = model_.options().device;
   while (!queue_.empty()) {

@@ -74,6 +74,8 @@ class Generator {
   bool Idle() const;
   // The trajectory `cache_key` is over: its slot's cache may go to anyone.
   void Release(const std::string& cache_key);
+  // Forgets every cached prefix: call after the weights change (an update).
+  void ResetCache();
   // Submits all, steps until done; results in request order.
   std::vector<GenerationResult> Generate(const std::vector<GenerationRequest>& requests);
 

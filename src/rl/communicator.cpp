@@ -1,0 +1,104 @@
+#include "cuda_agent/rl/communicator.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+
+namespace cuda_agent::rl {
+namespace {
+
+class SingleRank final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  void AllReduceMean(std::vector<at::Tensor>&) override {}
+  void AllReduceSum(std::vector<at::Tensor>&) override {}
+  void Broadcast(std::vector<at::Tensor>&, int) override {}
+  void Barrier() override {}
+};
+
+class ProcessGroupCommunicator final : public Communicator {
+ public:
+  ProcessGroupCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend, int rank,
+                           int world)
+      : store_(std::move(store)), backend_(std::move(backend)), rank_(rank), world_(world) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+  void AllReduceSum(std::vector<at::Tensor>& tensors) override {
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      backend_->allreduce(one)->wait();
+    }
+  }
+  void AllReduceMean(std::vector<at::Tensor>& tensors) override {
+    AllReduceSum(tensors);
+    for (auto& t : tensors) t.div_(world_);
+  }
+  void Broadcast(std::vector<at::Tensor>& tensors, int root) override {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      backend_->broadcast(one, options)->wait();
+    }
+  }
+  void Barrier() override { backend_->barrier()->wait(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  int rank_, world_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::Single() { return std::make_unique<SingleRank>(); }
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Connect(const std::string& master_addr, int master_port, int rank,
+                                                              int world_size, const std::string& backend) {
+  if (world_size <= 1) return Single();
+  if (rank < 0 || rank >= world_size)
+    return InvalidArgument("rank " + std::to_string(rank) + " is outside world size " + std::to_string(world_size));
+  if (backend != "gloo") {
+    return FailedPrecondition("backend '" + backend + "' is not built into this binary (gloo is)");
+  }
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(master_port);
+    opts.isServer = rank == 0;
+    opts.numWorkers = world_size;
+    opts.timeout = std::chrono::seconds(300);
+    auto store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
+    auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(300));
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(master_addr));
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
+    return std::unique_ptr<Communicator>(new ProcessGroupCommunicator(store, group, rank, world_size));
+  } catch (const std::exception& e) {
+    return Unavailable("rendezvous at " + master_addr + ":" + std::to_string(master_port) + " as rank " +
+                       std::to_string(rank) + " of " + std::to_string(world_size) + " failed: " + e.what());
+  }
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const std::string& backend) {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  std::string rank = env("RANK"), world = env("WORLD_SIZE");
+  if (rank.empty()) rank = env("SLURM_PROCID");
+  if (world.empty()) world = env("SLURM_NTASKS");
+  if (world.empty() || world == "1") return Single();
+  std::string addr = env("MASTER_ADDR"), port = env("MASTER_PORT");
+  if (addr.empty() || port.empty()) return InvalidArgument("WORLD_SIZE=" + world + " but MASTER_ADDR or MASTER_PORT is unset");
+  try {
+    return Connect(addr, std::stoi(port), std::stoi(rank), std::stoi(world), backend);
+  } catch (const std::exception&) {
+    return InvalidArgument("RANK=" + rank + ", WORLD_SIZE=" + world + ", MASTER_PORT=" + port + ": not integers");
+  }
+}
+
+}  // namespace cuda_agent::rl

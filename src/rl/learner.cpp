@@ -1,0 +1,253 @@
+#include "cuda_agent/rl/learner.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+namespace cuda_agent::rl {
+namespace {
+
+std::vector<at::Tensor> Parameters(const model::Transformer& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, p] : model.parameters()) out.push_back(p);
+  return out;
+}
+
+at::Tensor Positions(const at::Tensor& tokens) {
+  return at::arange(tokens.size(1), tokens.options()).expand({tokens.size(0), tokens.size(1)});
+}
+
+// Shifts per-position quantities one step right: out[:, t] = in[:, t - 1], out[:, 0] = 0.
+at::Tensor ShiftRight(const at::Tensor& x) {
+  return at::cat({at::zeros_like(x.narrow(1, 0, 1)), x.narrow(1, 0, x.size(1) - 1)}, 1);
+}
+
+void Accumulate(UpdateMetrics* m, const std::string& key, double value, double weight) {
+  (*m)[key + ".sum"] += value * weight;
+  (*m)[key + ".weight"] += weight;
+}
+
+// Turns the .sum/.weight pairs into weighted means.
+UpdateMetrics Finish(UpdateMetrics m) {
+  UpdateMetrics out;
+  for (const auto& [k, v] : m.values) {
+    if (k.size() > 4 && k.compare(k.size() - 4, 4, ".sum") == 0) {
+      std::string key = k.substr(0, k.size() - 4);
+      double w = m.values[key + ".weight"];
+      out[key] = w > 0 ? v / w : 0;
+    } else if (k.find(".weight") == std::string::npos) {
+      out[k] = v;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+
+Learner::Learner(model::Transformer& policy, model::Transformer* critic, const model::Transformer* reference,
+                 const LearnerConfig& config, Communicator* comm)
+    : policy_(policy), critic_(critic), reference_(reference), config_(config), comm_(comm) {
+  if (comm_ == nullptr) {
+    single_ = Communicator::Single();
+    comm_ = single_.get();
+  }
+  for (const auto& [name, p] : policy_.parameters()) p.set_requires_grad(true);
+  actor_opt_ = std::make_unique<AdamW>(Parameters(policy_), config_.actor, comm_);
+  if (critic_ != nullptr) {
+    for (const auto& [name, p] : critic_->parameters()) p.set_requires_grad(true);
+    critic_opt_ = std::make_unique<AdamW>(Parameters(*critic_), config_.critic, comm_);
+  }
+}
+
+at::Tensor Learner::SequenceLogprobs(const model::Transformer& model, const at::Tensor& tokens) {
+  at::Tensor logits = model.Forward(tokens, Positions(tokens));
+  at::Tensor lp = TokenLogprobs(logits.narrow(1, 0, tokens.size(1) - 1), tokens.narrow(1, 1, tokens.size(1) - 1));
+  return at::cat({at::zeros_like(lp.narrow(1, 0, 1)), lp}, 1);
+}
+
+at::Tensor Learner::SequenceValues(const model::Transformer& model, const at::Tensor& tokens) {
+  at::Tensor values;
+  model.Forward(tokens, Positions(tokens), nullptr, {}, &values);
+  return ShiftRight(values.to(at::kFloat));
+}
+
+LossScale Learner::GlobalScale(const at::Tensor& mask) {
+  LossScale local = ScaleOf(mask);
+  std::vector<at::Tensor> counts{at::tensor({local.tokens, local.sequences}, at::kDouble)};
+  comm_->AllReduceSum(counts);
+  return {counts[0][0].item<double>(), counts[0][1].item<double>()};
+}
+
+void Learner::SyncGradients(const model::Transformer& model) {
+  if (comm_->world_size() == 1) return;
+  std::vector<at::Tensor> grads;
+  for (const auto& [name, p] : model.parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  // Losses are already normalised by global counts: the sum is the full-batch gradient.
+  comm_->AllReduceSum(grads);
+}
+
+void Learner::ComputeAdvantages(RolloutBatch& batch) {
+  c10::NoGradGuard no_grad;
+  at::Tensor mask = batch.action_mask.to(at::kBool);
+  batch.old_values = at::zeros_like(batch.old_logprobs);
+  switch (config_.estimator) {
+    case AdvantageEstimator::kGae: {
+      TORCH_CHECK(critic_ != nullptr, "GAE needs a critic");
+      batch.old_values = SequenceValues(*critic_, batch.tokens) * mask;
+      batch.advantages =
+          GaeAdvantages(batch.rewards, batch.old_values, mask, config_.gamma, config_.lambda, &batch.returns);
+      return;
+    }
+    case AdvantageEstimator::kGrpo:
+    case AdvantageEstimator::kGrpoNoStd:
+      batch.advantages = TokenAdvantages(
+          GroupNormalizedAdvantages(batch.scores, batch.groups, config_.estimator == AdvantageEstimator::kGrpo), mask);
+      break;
+    case AdvantageEstimator::kRloo:
+      batch.advantages = TokenAdvantages(RlooAdvantages(batch.scores, batch.groups), mask);
+      break;
+  }
+  batch.returns = at::zeros_like(batch.advantages);
+}
+
+UpdateMetrics Learner::Update(RolloutBatch& batch) {
+  UpdateMetrics m;
+  const int64_t n = batch.size();
+  const int64_t mini = std::max<int64_t>(1, std::min(config_.mini_batches, n));
+  bool first = true;
+  for (int64_t epoch = 0; epoch < config_.epochs; ++epoch) {
+    for (int64_t k = 0; k < mini; ++k) {
+      int64_t begin = n * k / mini, end = n * (k + 1) / mini;
+      RolloutBatch mb = batch.Slice(begin, end - begin);
+      at::Tensor mb_mask = mb.action_mask.to(at::kBool);
+      LossScale scale = GlobalScale(mb_mask);
+      for (int64_t b = 0; b < mb.size(); b += config_.micro_batch_size) {
+        RolloutBatch micro = mb.Slice(b, std::min(config_.micro_batch_size, mb.size() - b));
+        at::Tensor mask = micro.action_mask.to(at::kBool);
+        double tokens = mask.sum().item<double>();
+        at::Tensor logits = policy_.Forward(micro.tokens, Positions(micro.tokens));
+        int64_t T = micro.tokens.size(1);
+        at::Tensor shifted = logits.narrow(1, 0, T - 1);
+        at::Tensor logp = TokenLogprobs(shifted, micro.tokens.narrow(1, 1, T - 1));
+        logp = at::cat({at::zeros_like(logp.narrow(1, 0, 1)), logp}, 1);
+        PolicyLossStats s;
+        at::Tensor loss = PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale, &s);
+        at::Tensor entropy;
+        {
+          c10::NoGradGuard no_grad;
+          entropy = ShiftRight(TokenEntropy(logits.detach()));
+        }
+        if (config_.entropy_coef > 0) {
+          at::Tensor ent = ShiftRight(TokenEntropy(logits));
+          loss = loss - config_.entropy_coef * Aggregate(ent, mask, config_.policy.aggregation, scale);
+        }
+        if (config_.kl_coef > 0 && reference_ != nullptr) {
+          at::Tensor ref;
+          {
+            c10::NoGradGuard no_grad;
+            ref = SequenceLogprobs(*reference_, micro.tokens);
+          }
+          at::Tensor kl = KlPenalty(logp, ref, config_.kl_estimator);
+          loss = loss + config_.kl_coef * Aggregate(kl, mask, config_.policy.aggregation, scale);
+          Accumulate(&m, "kl_to_reference", (kl.detach() * mask).sum().item<double>() / std::max(tokens, 1.0), tokens);
+        }
+        loss.backward();
+        Accumulate(&m, "policy_loss", loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
+        Accumulate(&m, "entropy", (entropy * mask).sum().item<double>() / std::max(tokens, 1.0), tokens);
+        Accumulate(&m, "approx_kl", s.approx_kl, tokens);
+        Accumulate(&m, "clip_fraction_low", s.clip_fraction_low, tokens);
+        Accumulate(&m, "clip_fraction_high", s.clip_fraction_high, tokens);
+        Accumulate(&m, "dual_clip_fraction", s.dual_clip_fraction, tokens);
+        Accumulate(&m, "ratio_mean", s.ratio_mean, tokens);
+        m["ratio_max"] = std::max(m.values.count("ratio_max") ? m["ratio_max"] : 0.0, s.ratio_max);
+        m["ratio_min"] = std::min(m.values.count("ratio_min") ? m["ratio_min"] : 1e30, s.ratio_min);
+        if (first && tokens > 0) {  // the trainer's logprobs against the sampler's, before any update
+          at::Tensor gap = (logp.detach() - micro.old_logprobs.to(at::kFloat)).abs().masked_select(mask);
+          Accumulate(&m, "logprob_gap_mean", gap.mean().item<double>(), tokens);
+          m["logprob_gap_max"] = std::max(m.values.count("logprob_gap_max") ? m["logprob_gap_max"] : 0.0,
+                                          gap.max().item<double>());
+        }
+        if (critic_ != nullptr) {
+          at::Tensor values;
+          critic_->Forward(micro.tokens, Positions(micro.tokens), nullptr, {}, &values);
+          values = ShiftRight(values.to(at::kFloat));
+          double clip_fraction = 0;
+          at::Tensor vloss = ValueLoss(values, micro.old_values, micro.returns, mask, config_.value_clip,
+                                       config_.policy.aggregation, scale, &clip_fraction);
+          vloss.backward();
+          Accumulate(&m, "value_loss", vloss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
+          Accumulate(&m, "value_clip_fraction", clip_fraction, tokens);
+        }
+      }
+      first = false;
+      SyncGradients(policy_);
+      Accumulate(&m, "grad_norm", actor_opt_->Step(), 1);
+      if (critic_ != nullptr) {
+        SyncGradients(*critic_);
+        Accumulate(&m, "critic_grad_norm", critic_opt_->Step(), 1);
+      }
+    }
+  }
+  if (critic_ != nullptr)
+    m["explained_variance"] = ExplainedVariance(batch.old_values, batch.returns, batch.action_mask);
+  m["lr"] = actor_opt_->LearningRate(actor_opt_->step() - 1);
+  return Finish(m);
+}
+
+UpdateMetrics Learner::FineTune(const RolloutBatch& batch) {
+  UpdateMetrics m;
+  at::Tensor all_mask = batch.action_mask.to(at::kBool);
+  LossScale scale = GlobalScale(all_mask);
+  for (int64_t b = 0; b < batch.size(); b += config_.micro_batch_size) {
+    RolloutBatch micro = batch.Slice(b, std::min(config_.micro_batch_size, batch.size() - b));
+    at::Tensor mask = micro.action_mask.to(at::kBool);
+    at::Tensor nll = -SequenceLogprobs(policy_, micro.tokens);
+    at::Tensor loss = Aggregate(nll, mask, LossAggregation::kTokenMean, scale);
+    loss.backward();
+    double tokens = mask.sum().item<double>();
+    Accumulate(&m, "sft_loss", loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
+  }
+  SyncGradients(policy_);
+  Accumulate(&m, "grad_norm", actor_opt_->Step(), 1);
+  return Finish(m);
+}
+
+UpdateMetrics Learner::PretrainCritic(RolloutBatch& batch) {
+  TORCH_CHECK(critic_ != nullptr, "critic pretraining needs a critic");
+  UpdateMetrics m;
+  at::Tensor all_mask = batch.action_mask.to(at::kBool);
+  LossScale scale = GlobalScale(all_mask);
+  for (int64_t b = 0; b < batch.size(); b += config_.micro_batch_size) {
+    RolloutBatch micro = batch.Slice(b, std::min(config_.micro_batch_size, batch.size() - b));
+    at::Tensor mask = micro.action_mask.to(at::kBool);
+    at::Tensor values = SequenceValues(*critic_, micro.tokens);
+    // Unclipped: pretraining moves the critic as far as the targets need.
+    at::Tensor loss = Aggregate(0.5 * (values - micro.returns.to(at::kFloat)).pow(2), mask,
+                                LossAggregation::kTokenMean, scale);
+    loss.backward();
+    double tokens = mask.sum().item<double>();
+    Accumulate(&m, "value_loss", loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
+  }
+  SyncGradients(*critic_);
+  Accumulate(&m, "critic_grad_norm", critic_opt_->Step(), 1);
+  m["explained_variance"] = ExplainedVariance(batch.old_values, batch.returns, batch.action_mask);
+  return Finish(m);
+}
+
+RolloutBatch RolloutBatch::Slice(int64_t begin, int64_t n) const {
+  auto cut = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
+  return {cut(tokens), cut(action_mask), cut(old_logprobs), cut(rewards), cut(scores),
+          cut(groups), cut(advantages), cut(returns), cut(old_values)};
+}
+
+RolloutBatch RolloutBatch::Select(const at::Tensor& keep) const {
+  at::Tensor idx = keep.to(at::kBool).nonzero().squeeze(1).to(tokens.device());
+  auto pick = [&](const at::Tensor& t) { return t.defined() ? t.index_select(0, idx.to(t.device())) : t; };
+  return {pick(tokens), pick(action_mask), pick(old_logprobs), pick(rewards), pick(scores),
+          pick(groups), pick(advantages), pick(returns), pick(old_values)};
+}
+
+}  // namespace cuda_agent::rl
