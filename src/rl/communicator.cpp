@@ -15,6 +15,9 @@ class SingleRank final : public Communicator {
   int world_size() const override { return 1; }
   void AllReduceMean(std::vector<at::Tensor>&) override {}
   void AllReduceSum(std::vector<at::Tensor>&) override {}
+  std::function<void()> AllReduceSumAsync(at::Tensor) override {
+    return [] {};
+  }
   void Broadcast(std::vector<at::Tensor>&, int) override {}
   void Barrier() override {}
 };
@@ -33,6 +36,11 @@ class ProcessGroupCommunicator final : public Communicator {
       std::vector<at::Tensor> one{t};
       backend_->allreduce(one)->wait();
     }
+  }
+  std::function<void()> AllReduceSumAsync(at::Tensor tensor) override {
+    std::vector<at::Tensor> one{std::move(tensor)};
+    auto work = backend_->allreduce(one);
+    return [work, one] { work->wait(); };
   }
   void AllReduceMean(std::vector<at::Tensor>& tensors) override {
     AllReduceSum(tensors);

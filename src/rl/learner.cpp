@@ -53,9 +53,11 @@ Learner::Learner(model::Transformer& policy, model::Transformer* critic, const m
   }
   for (const auto& [name, p] : policy_.parameters()) p.set_requires_grad(true);
   actor_opt_ = std::make_unique<AdamW>(Parameters(policy_), config_.actor, comm_);
+  actor_grads_ = std::make_unique<GradientBuckets>(Parameters(policy_), comm_, config_.bucket_mb);
   if (critic_ != nullptr) {
     for (const auto& [name, p] : critic_->parameters()) p.set_requires_grad(true);
     critic_opt_ = std::make_unique<AdamW>(Parameters(*critic_), config_.critic, comm_);
+    critic_grads_ = std::make_unique<GradientBuckets>(Parameters(*critic_), comm_, config_.bucket_mb);
   }
 }
 
@@ -76,17 +78,6 @@ LossScale Learner::GlobalScale(const at::Tensor& mask) {
   std::vector<at::Tensor> counts{at::tensor({local.tokens, local.sequences}, at::kDouble)};
   comm_->AllReduceSum(counts);
   return {counts[0][0].item<double>(), counts[0][1].item<double>()};
-}
-
-void Learner::SyncGradients(const model::Transformer& model) {
-  if (comm_->world_size() == 1) return;
-  std::vector<at::Tensor> grads;
-  for (const auto& [name, p] : model.parameters()) {
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    grads.push_back(p.grad());
-  }
-  // Losses are already normalised by global counts: the sum is the full-batch gradient.
-  comm_->AllReduceSum(grads);
 }
 
 void Learner::ComputeAdvantages(RolloutBatch& batch) {
@@ -126,6 +117,10 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
       LossScale scale = GlobalScale(mb_mask);
       for (int64_t b = 0; b < mb.size(); b += config_.micro_batch_size) {
         RolloutBatch micro = mb.Slice(b, std::min(config_.micro_batch_size, mb.size() - b));
+        if (b + config_.micro_batch_size >= mb.size()) {  // the last one: reduce while it runs backward
+          actor_grads_->Arm();
+          if (critic_grads_) critic_grads_->Arm();
+        }
         at::Tensor mask = micro.action_mask.to(at::kBool);
         double tokens = mask.sum().item<double>();
         at::Tensor logits = policy_.Forward(micro.tokens, Positions(micro.tokens));
@@ -183,10 +178,10 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
         }
       }
       first = false;
-      SyncGradients(policy_);
+      actor_grads_->Finish();
       Accumulate(&m, "grad_norm", actor_opt_->Step(), 1);
       if (critic_ != nullptr) {
-        SyncGradients(*critic_);
+        critic_grads_->Finish();
         Accumulate(&m, "critic_grad_norm", critic_opt_->Step(), 1);
       }
     }
@@ -203,6 +198,7 @@ UpdateMetrics Learner::FineTune(const RolloutBatch& batch) {
   LossScale scale = GlobalScale(all_mask);
   for (int64_t b = 0; b < batch.size(); b += config_.micro_batch_size) {
     RolloutBatch micro = batch.Slice(b, std::min(config_.micro_batch_size, batch.size() - b));
+    if (b + config_.micro_batch_size >= batch.size()) actor_grads_->Arm();
     at::Tensor mask = micro.action_mask.to(at::kBool);
     at::Tensor nll = -SequenceLogprobs(policy_, micro.tokens);
     at::Tensor loss = Aggregate(nll, mask, LossAggregation::kTokenMean, scale);
@@ -210,7 +206,7 @@ UpdateMetrics Learner::FineTune(const RolloutBatch& batch) {
     double tokens = mask.sum().item<double>();
     Accumulate(&m, "sft_loss", loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
   }
-  SyncGradients(policy_);
+  actor_grads_->Finish();
   Accumulate(&m, "grad_norm", actor_opt_->Step(), 1);
   return Finish(m);
 }
@@ -222,6 +218,7 @@ UpdateMetrics Learner::PretrainCritic(RolloutBatch& batch) {
   LossScale scale = GlobalScale(all_mask);
   for (int64_t b = 0; b < batch.size(); b += config_.micro_batch_size) {
     RolloutBatch micro = batch.Slice(b, std::min(config_.micro_batch_size, batch.size() - b));
+    if (b + config_.micro_batch_size >= batch.size()) critic_grads_->Arm();
     at::Tensor mask = micro.action_mask.to(at::kBool);
     at::Tensor values = SequenceValues(*critic_, micro.tokens);
     // Unclipped: pretraining moves the critic as far as the targets need.
@@ -231,7 +228,7 @@ UpdateMetrics Learner::PretrainCritic(RolloutBatch& batch) {
     double tokens = mask.sum().item<double>();
     Accumulate(&m, "value_loss", loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
   }
-  SyncGradients(*critic_);
+  critic_grads_->Finish();
   Accumulate(&m, "critic_grad_norm", critic_opt_->Step(), 1);
   m["explained_variance"] = ExplainedVariance(batch.old_values, batch.returns, batch.action_mask);
   return Finish(m);

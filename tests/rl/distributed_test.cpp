@@ -31,6 +31,7 @@ struct Replica {
     critic = model::Transformer::Random(Config(), {at::kFloat, at::kCPU, true}, 12);
     LearnerConfig config;
     config.micro_batch_size = 3;  // uneven micro-batches on purpose
+    config.bucket_mb = 0.01;      // many buckets, most reduced while backward still runs
     config.actor = config.critic = opt;
     learner = std::make_unique<Learner>(*policy, critic.get(), nullptr, config, comm);
   }

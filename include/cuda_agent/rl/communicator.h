@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ class Communicator {
   // In place: every rank ends with the element-wise mean (sum) over ranks.
   virtual void AllReduceMean(std::vector<at::Tensor>& tensors) = 0;
   virtual void AllReduceSum(std::vector<at::Tensor>& tensors) = 0;
+  // Starts an in-place sum of `tensor` over ranks; the returned function waits
+  // for it. Lets communication overlap the rest of the backward pass.
+  virtual std::function<void()> AllReduceSumAsync(at::Tensor tensor) = 0;
   // In place: every rank ends with `root`'s values.
   virtual void Broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
   virtual void Barrier() = 0;

@@ -15,6 +15,7 @@
 #include "cuda_agent/model/transformer.h"
 #include "cuda_agent/rl/advantages.h"
 #include "cuda_agent/rl/communicator.h"
+#include "cuda_agent/rl/gradient_buckets.h"
 #include "cuda_agent/rl/losses.h"
 #include "cuda_agent/rl/optimizer.h"
 #include "cuda_agent/rl/rollout_batch.h"
@@ -32,6 +33,7 @@ struct LearnerConfig {
   int64_t micro_batch_size = 8;  // rows per forward/backward
   int64_t mini_batches = 1;      // optimizer steps per epoch over the batch
   int64_t epochs = 1;
+  double bucket_mb = 25;  // gradient all-reduce bucket size (reduced while backward runs)
   OptimizerConfig actor, critic;
 };
 
@@ -67,7 +69,6 @@ class Learner {
 
  private:
   LossScale GlobalScale(const at::Tensor& mask);
-  void SyncGradients(const model::Transformer& model);
 
   model::Transformer& policy_;
   model::Transformer* critic_;
@@ -76,6 +77,7 @@ class Learner {
   std::unique_ptr<Communicator> single_;
   Communicator* comm_;
   std::unique_ptr<AdamW> actor_opt_, critic_opt_;
+  std::unique_ptr<GradientBuckets> actor_grads_, critic_grads_;
 };
 
 }  // namespace cuda_agent::rl

@@ -1,0 +1,92 @@
+// Tokens/s and model FLOPs utilisation of PPO updates (policy + critic off) on
+// a random model of a given shape.
+//
+//   learner_bench --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batch 4 --seq 4096 --steps 5
+//
+// Each step is one Learner::Update on `batch` rows of `seq` tokens (the second
+// half of each row is the response), micro-batch 1, one optimizer step. MFU
+// counts 6 * parameters + 12 * layers * hidden * seq FLOPs per token (forward and
+// backward, attention included) against --peak-tflops.
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/rl/learner.h"
+
+using namespace cuda_agent;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  CLI::App app{"PPO update throughput"};
+  std::string shape = "tiny", device = "cpu", dtype = "float32", json_path;
+  int64_t batch = 2, seq = 256, steps = 3;
+  double peak_tflops = 990;
+  app.add_option("--shape", shape, "qwen2.5-0.5b or tiny")->check(CLI::IsMember({"qwen2.5-0.5b", "tiny"}));
+  app.add_option("--device", device, "cpu or cuda");
+  app.add_option("--dtype", dtype, "float32 or bfloat16");
+  app.add_option("--batch", batch, "rows per update");
+  app.add_option("--seq", seq, "tokens per row");
+  app.add_option("--steps", steps, "timed updates (after one warm-up)");
+  app.add_option("--peak-tflops", peak_tflops, "the device's dense peak (H200 bf16: 990)");
+  app.add_option("--json", json_path, "write the result here");
+  CLI11_PARSE(app, argc, argv);
+
+  nlohmann::json cfg = shape == "tiny"
+                           ? nlohmann::json{{"model_type", "qwen2"}, {"vocab_size", 4096}, {"hidden_size", 128},
+                                            {"intermediate_size", 256}, {"num_hidden_layers", 4},
+                                            {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                                            {"max_position_embeddings", 8192}, {"tie_word_embeddings", true}}
+                           : nlohmann::json{{"model_type", "qwen2"}, {"vocab_size", 151936}, {"hidden_size", 896},
+                                            {"intermediate_size", 4864}, {"num_hidden_layers", 24},
+                                            {"num_attention_heads", 14}, {"num_key_value_heads", 2},
+                                            {"max_position_embeddings", 32768}, {"rope_theta", 1000000.0},
+                                            {"tie_word_embeddings", true}};
+  model::ModelConfig config = model::ParseModelConfig(cfg, shape).value();
+  model::LoadOptions lo{dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, c10::Device(device), false};
+  auto policy = model::Transformer::Random(config, lo, 0);
+  rl::LearnerConfig lc;
+  lc.estimator = rl::AdvantageEstimator::kGrpo;
+  lc.micro_batch_size = 1;
+  rl::Learner learner(*policy, nullptr, nullptr, lc);
+
+  auto on = at::TensorOptions().device(lo.device);
+  rl::RolloutBatch b;
+  b.tokens = at::randint(0, config.vocab_size, {batch, seq}, on.dtype(at::kLong));
+  b.action_mask = at::zeros({batch, seq}, on.dtype(at::kBool));
+  b.action_mask.narrow(1, seq / 2, seq / 2).fill_(true);
+  {
+    c10::InferenceMode guard;
+    b.old_logprobs = rl::Learner::SequenceLogprobs(*policy, b.tokens).detach() * b.action_mask;
+  }
+  b.old_logprobs = b.old_logprobs.clone();
+  b.scores = at::randn({batch}, on.dtype(at::kFloat));
+  b.groups = at::zeros({batch}, on.dtype(at::kLong));
+  b.rewards = at::zeros({batch, seq}, on.dtype(at::kFloat));
+  learner.ComputeAdvantages(b);
+  auto sync = [&] {
+    if (lo.device.is_cuda()) at::zeros({1}, on).cpu();
+  };
+  learner.Update(b);  // warm-up
+  sync();
+  auto t0 = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) learner.Update(b);
+  sync();
+  double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(steps);
+  double tokens_per_s = static_cast<double>(batch * seq) / seconds;
+  double flops_per_token = 6.0 * static_cast<double>(config.ParameterCount()) +
+                           12.0 * static_cast<double>(config.num_layers * config.hidden_size * seq);
+  double mfu = tokens_per_s * flops_per_token / (peak_tflops * 1e12);
+  nlohmann::json row = {{"shape", shape},         {"device", device},
+                        {"dtype", dtype},         {"batch", batch},
+                        {"seq", seq},             {"seconds_per_update", seconds},
+                        {"tokens_per_s", tokens_per_s}, {"parameters", config.ParameterCount()},
+                        {"mfu", mfu},             {"peak_tflops", peak_tflops}};
+  std::cout << row.dump() << std::endl;
+  if (!json_path.empty()) std::ofstream(json_path) << row.dump(1) << "\n";
+  return 0;
+}
