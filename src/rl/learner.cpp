@@ -234,17 +234,4 @@ UpdateMetrics Learner::PretrainCritic(RolloutBatch& batch) {
   return Finish(m);
 }
 
-RolloutBatch RolloutBatch::Slice(int64_t begin, int64_t n) const {
-  auto cut = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
-  return {cut(tokens), cut(action_mask), cut(old_logprobs), cut(rewards), cut(scores),
-          cut(groups), cut(advantages), cut(returns), cut(old_values)};
-}
-
-RolloutBatch RolloutBatch::Select(const at::Tensor& keep) const {
-  at::Tensor idx = keep.to(at::kBool).nonzero().squeeze(1).to(tokens.device());
-  auto pick = [&](const at::Tensor& t) { return t.defined() ? t.index_select(0, idx.to(t.device())) : t; };
-  return {pick(tokens), pick(action_mask), pick(old_logprobs), pick(rewards), pick(scores),
-          pick(groups), pick(advantages), pick(returns), pick(old_values)};
-}
-
 }  // namespace cuda_agent::rl

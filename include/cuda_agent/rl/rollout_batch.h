@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace cuda_agent::rl {
 
@@ -25,6 +26,36 @@ struct RolloutBatch {
   RolloutBatch Slice(int64_t begin, int64_t n) const;
   // Rows where `keep` (B,) bool is true.
   RolloutBatch Select(const at::Tensor& keep) const;
+  // DAPO's overlong filtering: rows where `rows` (B,) bool is true (truncated
+  // responses) keep their place but carry no loss.
+  void DropLoss(const at::Tensor& rows);
+  // Rows of all `parts`, right-padded to the longest; group ids are renumbered
+  // so groups of different parts stay apart.
+  static RolloutBatch Concat(const std::vector<RolloutBatch>& parts);
+};
+
+// DAPO's dynamic sampling (Yu et al., 2025): keeps only groups whose rewards
+// differ, and asks for another round of sampling until `target_groups` are
+// kept or `max_rounds` rounds ran.
+//
+//   DynamicSampler sampler(64, 8);
+//   while (!sampler.Done()) sampler.Add(SampleRound());
+//   RolloutBatch batch = sampler.Take();
+class DynamicSampler {
+ public:
+  DynamicSampler(int64_t target_groups, int64_t max_rounds);
+  void Add(const RolloutBatch& round);
+  bool Done() const { return kept_groups_ >= target_groups_ || rounds_ >= max_rounds_; }
+  // The kept groups (at most target_groups), and a fresh start.
+  RolloutBatch Take();
+  int64_t kept_groups() const { return kept_groups_; }
+  int64_t dropped_groups() const { return dropped_groups_; }
+  int64_t rounds() const { return rounds_; }
+
+ private:
+  int64_t target_groups_, max_rounds_;
+  std::vector<RolloutBatch> kept_;
+  int64_t kept_groups_ = 0, dropped_groups_ = 0, rounds_ = 0;
 };
 
 }  // namespace cuda_agent::rl
