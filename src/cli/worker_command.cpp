@@ -32,9 +32,17 @@ std::function<int()> AddWorkerCommand(CLI::App* app) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-    auto judge = kernel_eval::Judge::Create(config->judge, config->sandbox);
-    if (!judge.ok()) return Fail(judge.status());
-    auto server = rpc::WorkerServer::Start(config->worker, std::shared_ptr<kernel_eval::Judge>(std::move(*judge)));
+    std::vector<int64_t> devices = config->worker.devices;
+    if (devices.empty()) devices.push_back(config->judge.device);
+    std::vector<std::shared_ptr<kernel_eval::Judge>> judges;
+    for (int64_t device : devices) {  // one judge, and one timing slot, per GPU
+      config::JudgeConfig jc = config->judge;
+      jc.device = device;
+      auto judge = kernel_eval::Judge::Create(jc, config->sandbox);
+      if (!judge.ok()) return Fail(judge.status());
+      judges.push_back(std::shared_ptr<kernel_eval::Judge>(std::move(*judge)));
+    }
+    auto server = rpc::WorkerServer::Start(config->worker, std::move(judges));
     if (!server.ok()) return Fail(server.status());
     std::cout << "serving on " << (*server)->address() << std::endl;
     int sig = 0;

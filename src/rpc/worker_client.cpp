@@ -241,6 +241,8 @@ StatusOr<WorkerInfo> WorkerClient::Info(const std::string& endpoint) {
     info.baseline_cache_hits = r.baseline_cache_hits();
     info.baseline_cache_misses = r.baseline_cache_misses();
     info.quarantine_reason = r.quarantine_reason();
+    for (const auto& d : r.devices())
+      info.devices.push_back({d.index(), d.name(), d.quarantine_reason(), d.running(), d.evaluations_done()});
     return info;
   }
   return InvalidArgument("endpoint " + endpoint + " is not in client.endpoints");

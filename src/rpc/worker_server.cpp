@@ -72,16 +72,30 @@ std::filesystem::path WorkspaceRoot(const config::WorkerConfig& config) {
   return std::filesystem::temp_directory_path() / ("cuda-agent-workspaces-" + std::to_string(::geteuid()));
 }
 
+// One GPU (or the CPU) with its judge and health.
+struct Device {
+  std::shared_ptr<kernel_eval::Judge> judge;
+  std::unique_ptr<DeviceHealth> health;
+  std::atomic<int> running{0};
+  std::atomic<int64_t> done{0};
+};
+
 class WorkerService final : public v1::Worker::Service {
  public:
-  WorkerService(config::WorkerConfig config, std::shared_ptr<kernel_eval::Judge> judge, std::string name)
+  WorkerService(config::WorkerConfig config, std::vector<std::shared_ptr<kernel_eval::Judge>> judges, std::string name)
       : config_(std::move(config)),
-        judge_(judge),
         name_(std::move(name)),
         evaluations_(static_cast<size_t>(config_.idempotency_entries)),
         tools_(static_cast<size_t>(config_.idempotency_entries)),
-        workspaces_(WorkspaceRoot(config_), judge->harness_dir() / "cuda_agent_harness" / "workspace", config_),
-        health_(judge, config_) {}
+        workspaces_(WorkspaceRoot(config_), judges.front()->harness_dir() / "cuda_agent_harness" / "workspace",
+                    config_) {
+    for (auto& j : judges) {
+      auto d = std::make_unique<Device>();
+      d->judge = j;
+      d->health = std::make_unique<DeviceHealth>(j, config_);
+      devices_.push_back(std::move(d));
+    }
+  }
 
   Status Evaluate(ServerContext* ctx, const v1::EvaluateRequest* request, v1::EvaluateResponse* response) override {
     if (Status s = Admit(ctx, *request); !s.ok()) return s;
@@ -116,7 +130,7 @@ class WorkerService final : public v1::Worker::Service {
   Status CreateWorkspace(ServerContext* ctx, const v1::CreateWorkspaceRequest* request,
                          v1::CreateWorkspaceResponse* response) override {
     if (Status s = Admit(ctx, *request); !s.ok()) return s;
-    if (std::string why = health_.QuarantineReason(); !why.empty())
+    if (std::string why = QuarantineReason(); !why.empty())
       return Status(StatusCode::UNAVAILABLE, "device quarantined: " + why);
     std::map<std::string, std::string> files;
     for (const auto& f : request->files()) files[f.path()] = f.content();
@@ -182,7 +196,7 @@ class WorkerService final : public v1::Worker::Service {
 
   Status Health(ServerContext* ctx, const v1::HealthRequest* request, v1::HealthResponse* response) override {
     if (Status s = Admit(ctx, *request); !s.ok()) return s;
-    std::string why = health_.QuarantineReason();
+    std::string why = QuarantineReason();
     std::lock_guard<std::mutex> lock(mu_);
     response->set_serving(why.empty());
     response->set_quarantine_reason(why);
@@ -193,22 +207,36 @@ class WorkerService final : public v1::Worker::Service {
 
   Status Info(ServerContext* ctx, const v1::InfoRequest* request, v1::InfoResponse* response) override {
     if (Status s = Admit(ctx, *request); !s.ok()) return s;
+    const kernel_eval::Judge& judge = *devices_.front()->judge;
     response->set_worker(name_);
-    response->set_backend(judge_->backend());
-    response->set_device_name(judge_->python().device_name);
-    response->set_torch_version(judge_->python().torch_version);
-    response->set_isolation(judge_->sandbox().isolation().description);
-    response->set_toolchain(judge_->toolchain());
+    response->set_backend(judge.backend());
+    response->set_device_name(judge.python().device_name);
+    response->set_torch_version(judge.python().torch_version);
+    response->set_isolation(judge.sandbox().isolation().description);
+    response->set_toolchain(judge.toolchain());
     response->set_max_concurrent(static_cast<int>(config_.max_concurrent));
     response->set_evaluations_done(evaluations_done_);
     response->set_idempotent_hits(idempotent_hits_);
     response->set_workspaces(static_cast<int32_t>(workspaces_.size()));
-    kernel_eval::JudgeStats stats = judge_->stats();
+    kernel_eval::JudgeStats stats;
+    for (const auto& d : devices_) {
+      kernel_eval::JudgeStats s = d->judge->stats();
+      stats.build_cache_hits += s.build_cache_hits;
+      stats.build_cache_misses += s.build_cache_misses;
+      stats.baseline_cache_hits += s.baseline_cache_hits;
+      stats.baseline_cache_misses += s.baseline_cache_misses;
+      auto* status = response->add_devices();
+      status->set_index(static_cast<int32_t>(d->judge->config().device));
+      status->set_name(d->judge->python().device_name);
+      status->set_running(d->running);
+      status->set_evaluations_done(d->done);
+      status->set_quarantine_reason(d->health->QuarantineReason());
+    }
     response->set_build_cache_hits(stats.build_cache_hits);
     response->set_build_cache_misses(stats.build_cache_misses);
     response->set_baseline_cache_hits(stats.baseline_cache_hits);
     response->set_baseline_cache_misses(stats.baseline_cache_misses);
-    response->set_quarantine_reason(health_.QuarantineReason());
+    response->set_quarantine_reason(QuarantineReason());
     std::lock_guard<std::mutex> lock(mu_);
     response->set_running(static_cast<int32_t>(running_));
     response->set_queued(static_cast<int32_t>(queued_));
@@ -271,12 +299,32 @@ class WorkerService final : public v1::Worker::Service {
     return status;
   }
 
+  // Empty while some device is healthy; else every device's reason.
+  std::string QuarantineReason() const {
+    std::string reasons;
+    for (const auto& d : devices_) {
+      std::string why = d->health->QuarantineReason();
+      if (why.empty()) return "";
+      reasons += (reasons.empty() ? "" : "; ") + std::string("device ") +
+                 std::to_string(d->judge->config().device) + ": " + why;
+    }
+    return reasons;
+  }
+
+  // The healthy device with the fewest running evaluations, or null.
+  Device* PickDevice() {
+    Device* best = nullptr;
+    for (auto& d : devices_)
+      if (d->health->QuarantineReason().empty() && (best == nullptr || d->running < best->running)) best = d.get();
+    return best;
+  }
+
   // Runs the judge in an evaluation slot. A verdict that suggests the device
   // was hurt is only returned once a probe says the device is fine: a sick
   // device's verdict is the device's fault, never a reward.
   Status Judge(ServerContext* ctx, const kernel_eval::Task& task, const kernel_eval::Candidate& candidate,
                kernel_eval::Stage stage, kernel_eval::Verdict* out) {
-    if (std::string why = health_.QuarantineReason(); !why.empty())
+    if (std::string why = QuarantineReason(); !why.empty())
       return Status(StatusCode::UNAVAILABLE, "device quarantined: " + why);
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -288,17 +336,29 @@ class WorkerService final : public v1::Worker::Service {
       if (ctx->IsCancelled()) return Status(StatusCode::CANCELLED, "cancelled while queued");
       ++running_;
     }
-    auto verdict = judge_->Evaluate(task, candidate, [ctx] { return ctx->IsCancelled(); }, stage);
+    Device* device = PickDevice();
+    if (device == nullptr) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --running_;
+      }
+      slot_cv_.notify_one();
+      return Status(StatusCode::UNAVAILABLE, "device quarantined: " + QuarantineReason());
+    }
+    ++device->running;
+    auto verdict = device->judge->Evaluate(task, candidate, [ctx] { return ctx->IsCancelled(); }, stage);
+    --device->running;
     {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
     }
     slot_cv_.notify_one();
+    DeviceHealth& health = *device->health;
     if (!verdict.ok() && verdict.status().code() == cuda_agent::StatusCode::kCancelled)
       return Status(StatusCode::CANCELLED, "cancelled by the client; its sandboxes were stopped");
     bool caller_error = !verdict.ok() && verdict.status().code() == cuda_agent::StatusCode::kInvalidArgument;
-    if (!caller_error && health_.Suspect(verdict.ok() ? &*verdict : nullptr)) {
-      std::string why = health_.Probe(verdict.ok() ? std::string("a ") + kernel_eval::OutcomeName(verdict->outcome) +
+    if (!caller_error && health.Suspect(verdict.ok() ? &*verdict : nullptr)) {
+      std::string why = health.Probe(verdict.ok() ? std::string("a ") + kernel_eval::OutcomeName(verdict->outcome) +
                                                          " verdict"
                                                    : "a judge failure");
       if (!why.empty()) return Status(StatusCode::UNAVAILABLE, "device quarantined: " + why);
@@ -309,17 +369,17 @@ class WorkerService final : public v1::Worker::Service {
       return Status(caller_error ? StatusCode::INVALID_ARGUMENT : StatusCode::INTERNAL, verdict.status().message());
     }
     ++evaluations_done_;
+    ++device->done;
     *out = std::move(*verdict);
     return Status::OK;
   }
 
   config::WorkerConfig config_;
-  std::shared_ptr<kernel_eval::Judge> judge_;
   std::string name_;
+  std::vector<std::unique_ptr<Device>> devices_;
   IdempotencyCache<v1::EvaluateResponse> evaluations_;
   IdempotencyCache<v1::ToolResponse> tools_;
   WorkspaceStore workspaces_;
-  DeviceHealth health_;
   std::mutex mu_;
   std::condition_variable slot_cv_;
   int64_t running_ = 0;  // guarded by mu_
@@ -343,6 +403,12 @@ struct WorkerServer::Impl {
 
 StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const config::WorkerConfig& config,
                                                             std::shared_ptr<kernel_eval::Judge> judge) {
+  return Start(config, std::vector<std::shared_ptr<kernel_eval::Judge>>{std::move(judge)});
+}
+
+StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const config::WorkerConfig& config,
+                                                            std::vector<std::shared_ptr<kernel_eval::Judge>> judges) {
+  if (judges.empty()) return InvalidArgument("a worker needs at least one judge");
   bool tls = !config.tls_cert_path.empty() || !config.tls_key_path.empty();
   if (!IsLoopbackAddress(config.listen) && (config.token.empty() || !tls) && !config.allow_insecure_remote)
     return InvalidArgument("worker.listen " + config.listen +
@@ -376,7 +442,7 @@ StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const config::Worker
   // The service needs its name before it serves; the port is known only after
   // BuildAndStart, so names default to the requested address.
   std::string name = config.name.empty() ? config.listen : config.name;
-  server->impl_->service = std::make_unique<WorkerService>(config, std::move(judge), name);
+  server->impl_->service = std::make_unique<WorkerService>(config, std::move(judges), name);
   builder.RegisterService(server->impl_->service.get());
   server->impl_->server = builder.BuildAndStart();
   if (!server->impl_->server || port == 0) return Unavailable("cannot listen on " + config.listen);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -272,6 +273,31 @@ TEST_F(WorkerTest, CacheHitsSkipCompilationAndAreReported) {
   EXPECT_GE(after.build_cache_hits - before.build_cache_hits, 1);
   EXPECT_GE(after.baseline_cache_hits - before.baseline_cache_hits, 1);
   EXPECT_NE(after.toolchain.find("g++"), std::string::npos) << after.toolchain;
+}
+
+TEST_F(WorkerTest, AWorkerWithTwoDevicesSpreadsTheLoad) {
+  config::WorkerConfig wc;
+  wc.listen = "127.0.0.1:0";
+  wc.name = "two";
+  wc.max_concurrent = 4;
+  wc.workspace_dir = (fs::temp_directory_path() / ("ws-test-" + std::to_string(::getpid()) + "-two")).string();
+  auto server = WorkerServer::Start(wc, std::vector<std::shared_ptr<kernel_eval::Judge>>{judge_, MakeJudge()});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto client = Client({(*server)->address()});
+  std::vector<std::thread> threads;
+  std::atomic<int> forbidden{0};
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&, i] {
+      auto r = client->Evaluate(task_, Load("cheats/torch_in_forward.py"), "two-" + std::to_string(i));
+      if (r.ok() && r->verdict.outcome == Outcome::kForbidden) ++forbidden;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(forbidden, 8);
+  auto info = client->Info((*server)->address()).value();
+  ASSERT_EQ(info.devices.size(), 2u);
+  EXPECT_GT(info.devices[0].evaluations_done, 0);
+  EXPECT_GT(info.devices[1].evaluations_done, 0);
+  EXPECT_EQ(info.devices[0].evaluations_done + info.devices[1].evaluations_done, 8);
 }
 
 TEST_F(WorkerTest, AQuarantinedDeviceIsNotHandedCandidates) {

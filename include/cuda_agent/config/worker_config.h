@@ -21,6 +21,7 @@ struct WorkerConfig {
   std::string tls_key_path;
   std::string tls_client_ca_path;
   bool allow_insecure_remote = false;
+  std::vector<int64_t> devices;
   std::string workspace_dir;
   int64_t max_workspaces = 1024;
   int64_t workspace_max_files = 64;
@@ -50,6 +51,8 @@ struct WorkerConfig {
       "PEM CA that client certificates must chain to (mutual TLS); empty: no client certificates");
     v("allow_insecure_remote", allow_insecure_remote,
       "serve a non-loopback address without TLS and a token (never on a shared network)");
+    v("devices", devices,
+      "GPU indices served, one judge and timing slot each (empty: judge.device); compiles share max_concurrent");
     v("workspace_dir", workspace_dir, "where agent workspaces live; empty: <tmp>/cuda-agent-workspaces-<uid>");
     v("max_workspaces", max_workspaces, "agent workspaces open at once on this worker", Range{1, 1 << 20});
     v("workspace_max_files", workspace_max_files, "candidate files in one workspace", Range{1, 256});

@@ -30,6 +30,13 @@ struct EvaluateResult {
   int attempts = 0;
 };
 
+struct DeviceInfo {
+  int index = 0;
+  std::string name, quarantine_reason;
+  int running = 0;
+  int64_t evaluations_done = 0;
+};
+
 struct WorkerInfo {
   std::string worker, backend, device_name, torch_version, isolation, toolchain;
   int max_concurrent = 0, running = 0, queued = 0, workspaces = 0;
@@ -37,7 +44,8 @@ struct WorkerInfo {
   int64_t idempotent_hits = 0;
   int64_t build_cache_hits = 0, build_cache_misses = 0;
   int64_t baseline_cache_hits = 0, baseline_cache_misses = 0;
-  std::string quarantine_reason;  // empty: healthy
+  std::string quarantine_reason;  // empty: some device is healthy
+  std::vector<DeviceInfo> devices;
 };
 
 // What an agent tool returned: the text it reads and the verdict behind it.

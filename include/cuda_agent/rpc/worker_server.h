@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda_agent/config/worker_config.h"
 #include "cuda_agent/kernel_eval/judge.h"
@@ -22,6 +23,10 @@ class WorkerServer {
   // non-loopback address without a token unless allow_insecure_remote is set.
   static StatusOr<std::unique_ptr<WorkerServer>> Start(const config::WorkerConfig& config,
                                                        std::shared_ptr<kernel_eval::Judge> judge);
+  // One judge per GPU: each evaluation goes to the healthy device with the
+  // fewest running evaluations; each device times one candidate at a time.
+  static StatusOr<std::unique_ptr<WorkerServer>> Start(const config::WorkerConfig& config,
+                                                       std::vector<std::shared_ptr<kernel_eval::Judge>> judges);
   ~WorkerServer();
 
   // "127.0.0.1:43121": the bound address.
