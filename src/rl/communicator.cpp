@@ -3,6 +3,13 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef CUDA_AGENT_WITH_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <cstdlib>
 
@@ -71,9 +78,10 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Connect(const std::string&
   if (world_size <= 1) return Single();
   if (rank < 0 || rank >= world_size)
     return InvalidArgument("rank " + std::to_string(rank) + " is outside world size " + std::to_string(world_size));
-  if (backend != "gloo") {
-    return FailedPrecondition("backend '" + backend + "' is not built into this binary (gloo is)");
-  }
+  if (backend != "gloo" && backend != "nccl") return InvalidArgument("backend '" + backend + "' is not gloo or nccl");
+#ifndef CUDA_AGENT_WITH_NCCL
+  if (backend == "nccl") return FailedPrecondition("this binary was built without NCCL (no nccl.h was found)");
+#endif
   try {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(master_port);
@@ -81,6 +89,13 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Connect(const std::string&
     opts.numWorkers = world_size;
     opts.timeout = std::chrono::seconds(300);
     auto store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
+#ifdef CUDA_AGENT_WITH_NCCL
+    if (backend == "nccl") {  // the caller has selected this rank's GPU (FromEnvironment: LOCAL_RANK)
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
+      return std::unique_ptr<Communicator>(new ProcessGroupCommunicator(store, group, rank, world_size));
+    }
+#endif
     auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(300));
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(master_addr));
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
@@ -103,6 +118,15 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const std:
   std::string addr = env("MASTER_ADDR"), port = env("MASTER_PORT");
   if (addr.empty() || port.empty()) return InvalidArgument("WORLD_SIZE=" + world + " but MASTER_ADDR or MASTER_PORT is unset");
   try {
+#ifdef CUDA_AGENT_WITH_NCCL
+    if (backend == "nccl") {  // one GPU per rank on each node
+      std::string local = env("LOCAL_RANK");
+      if (local.empty()) local = env("SLURM_LOCALID");
+      int count = c10::cuda::device_count();
+      if (count == 0) return FailedPrecondition("backend nccl, but no GPU is visible");
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>((local.empty() ? std::stoi(rank) : std::stoi(local)) % count));
+    }
+#endif
     return Connect(addr, std::stoi(port), std::stoi(rank), std::stoi(world), backend);
   } catch (const std::exception&) {
     return InvalidArgument("RANK=" + rank + ", WORLD_SIZE=" + world + ", MASTER_PORT=" + port + ": not integers");

@@ -75,7 +75,9 @@ at::Tensor Learner::SequenceValues(const model::Transformer& model, const at::Te
 
 LossScale Learner::GlobalScale(const at::Tensor& mask) {
   LossScale local = ScaleOf(mask);
-  std::vector<at::Tensor> counts{at::tensor({local.tokens, local.sequences}, at::kDouble)};
+  // On the model's device: NCCL reduces only GPU tensors.
+  std::vector<at::Tensor> counts{
+      at::tensor({local.tokens, local.sequences}, at::kDouble).to(policy_.options().device)};
   comm_->AllReduceSum(counts);
   return {counts[0][0].item<double>(), counts[0][1].item<double>()};
 }

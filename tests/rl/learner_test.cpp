@@ -132,6 +132,13 @@ TEST(CommunicatorTest, RendezvousComesFromTheEnvironment) {
   ::setenv("MASTER_PORT", "not-a-port", 1);
   EXPECT_FALSE(Communicator::FromEnvironment("gloo").ok());
   EXPECT_FALSE(Communicator::Connect("127.0.0.1", 1, 3, 2, "gloo").ok()) << "rank outside the world";
+  EXPECT_FALSE(Communicator::Connect("127.0.0.1", 1, 0, 2, "mpi").ok()) << "unknown backend";
+  if (!at::hasCUDA()) {  // NCCL needs GPUs: a clear refusal, not a crash
+    ::setenv("MASTER_PORT", "29555", 1);
+    auto nccl = Communicator::FromEnvironment("nccl");
+    ASSERT_FALSE(nccl.ok());
+    EXPECT_EQ(nccl.status().code(), StatusCode::kFailedPrecondition) << nccl.status().ToString();
+  }
   ::unsetenv("WORLD_SIZE");
   ::unsetenv("RANK");
   ::unsetenv("MASTER_ADDR");
