@@ -83,7 +83,10 @@ void Generator::ResetCache() {
 }
 
 void Generator::Admit(std::vector<GenerationResult>* finished) {
-  const c10::Device device = model_.options().device;
+  struct Prefill {
+    int64_t slot, reuse, length;  // tokens [reuse, reuse + length) of the prompt run now
+  };
+  std::vector<Prefill> prefills;
   while (!queue_.empty()) {
     // A free slot: the one holding this request's key; else one no live key
     // holds, sharing the longest prefix, least recently used first; a slot
@@ -98,7 +101,7 @@ void Generator::Admit(std::vector<GenerationResult>* finished) {
     };
     for (auto& s : slots_)
       if (!s->running && (best == nullptr || score(*s) > score(*best))) best = s.get();
-    if (best == nullptr) return;
+    if (best == nullptr) break;
     Slot& slot = *best;
     int64_t slot_index = std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) { return s.get() == best; }) -
                          slots_.begin();
@@ -119,15 +122,43 @@ void Generator::Admit(std::vector<GenerationResult>* finished) {
     int64_t reuse = std::min<int64_t>(CommonPrefix(slot.cached, prompt), static_cast<int64_t>(prompt.size()) - 1);
     slot.reused = reuse;
     stats_.reused_tokens += reuse;
-    int64_t n = static_cast<int64_t>(prompt.size()) - reuse;
-    stats_.prefill_tokens += n;
-    std::vector<int64_t> ids(prompt.begin() + reuse, prompt.end());
-    at::Tensor ids_t = at::tensor(ids, at::kLong).view({1, n}).to(device);
-    at::Tensor positions = at::arange(reuse, reuse + n, at::TensorOptions().dtype(at::kLong).device(device)).view({1, n});
-    at::Tensor slot_t = at::tensor({slot_index}, at::kLong).to(device);
-    at::Tensor logits = model_.Forward(ids_t, positions, &cache_, slot_t).select(1, n - 1);  // [1, V]
+    prefills.push_back({slot_index, reuse, static_cast<int64_t>(prompt.size()) - reuse});
     slot.cached.assign(prompt.begin(), prompt.end());
-    SampleAndAppend(logits, {slot_index}, finished);
+  }
+  // The new prompts run together, right-padded, in chunks of at most
+  // prefill_chunk_tokens (rows x longest). Padding writes keys and values past
+  // each prompt's end, where nothing attends before the next token overwrites them.
+  const c10::Device device = model_.options().device;
+  for (size_t begin = 0; begin < prefills.size();) {
+    size_t end = begin;
+    int64_t longest = 0;
+    while (end < prefills.size()) {
+      int64_t l = std::max(longest, prefills[end].length);
+      if (end > begin && l * static_cast<int64_t>(end - begin + 1) > options_.prefill_chunk_tokens) break;
+      longest = l;
+      ++end;
+    }
+    const int64_t rows = static_cast<int64_t>(end - begin);
+    std::vector<int64_t> ids(rows * longest, 0), positions(rows * longest), slots(rows), last(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Prefill& p = prefills[begin + r];
+      const auto& prompt = slots_[p.slot]->request.prompt;
+      for (int64_t t = 0; t < longest; ++t) {
+        if (t < p.length) ids[r * longest + t] = prompt[p.reuse + t];
+        positions[r * longest + t] = std::min(p.reuse + t, options_.max_seq_len - 1);
+      }
+      slots[r] = p.slot;
+      last[r] = p.length - 1;
+      stats_.prefill_tokens += p.length;
+    }
+    auto on = [&](const std::vector<int64_t>& v, std::vector<int64_t> shape) {
+      return at::tensor(v, at::kLong).view(shape).to(device);
+    };
+    at::Tensor logits = model_.Forward(on(ids, {rows, longest}), on(positions, {rows, longest}), &cache_,
+                                       on(slots, {rows}));
+    at::Tensor index = on(last, {rows, 1, 1}).expand({rows, 1, logits.size(2)});
+    SampleAndAppend(logits.gather(1, index).squeeze(1), slots, finished);
+    begin = end;
   }
 }
 

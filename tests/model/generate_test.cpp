@@ -54,6 +54,15 @@ TEST(GeneratorTest, ContinuousBatchingMatchesTransformersGreedy) {
       EXPECT_EQ(results[i].tokens, f.continuations[i]) << arch << " prompt " << i;
       EXPECT_EQ(results[i].finish_reason, "length");
     }
+    // All three prompts (lengths 9, 1 and 17) prefilled together, and in chunks of one row.
+    for (int64_t chunk : {int64_t{16384}, int64_t{8}}) {
+      GeneratorOptions options{4, 64, 0};
+      options.prefill_chunk_tokens = chunk;
+      Generator together(*f.model, nullptr, options);
+      auto again = together.Generate(requests);
+      for (size_t i = 0; i < again.size(); ++i)
+        EXPECT_EQ(again[i].tokens, f.continuations[i]) << arch << " prompt " << i << " chunk " << chunk;
+    }
   }
 }
 
@@ -118,10 +127,13 @@ TEST(GeneratorTest, ANextTurnReusesItsCachedPrefix) {
   GenerationRequest next = first;
   next.prompt.insert(next.prompt.end(), a.tokens.begin(), a.tokens.end());
   for (int32_t t : {5, 6, 7}) next.prompt.push_back(t);  // the tool's answer
-  auto b = gen.Generate({next})[0];
+  GenerationRequest newcomer = Greedy(f.prompts[2], 6);  // prefilled in the same batch
+  auto both = gen.Generate({next, newcomer});
+  const auto& b = both[0];
   EXPECT_EQ(b.reused_prefix, static_cast<int64_t>(f.prompts[0].size() + a.tokens.size() - 1));
   Generator fresh(*f.model, nullptr, {1, 64, 0});
   EXPECT_EQ(b.tokens, fresh.Generate({next})[0].tokens);
+  EXPECT_EQ(both[1].tokens, std::vector<int32_t>(f.continuations[2].begin(), f.continuations[2].begin() + 6));
 }
 
 TEST(GeneratorTest, StopTokensStopStringsAndLimitsEndSequences) {

@@ -53,6 +53,7 @@ struct GeneratorOptions {
   int64_t max_batch = 16;     // KV-cache slots
   int64_t max_seq_len = 4096;  // prompt + generated tokens per sequence
   uint64_t seed = 0;
+  int64_t prefill_chunk_tokens = 16384;  // new prompts prefilled together, rows x longest
 };
 
 struct GeneratorStats {

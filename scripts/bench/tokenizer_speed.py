@@ -3,7 +3,7 @@
 (single-threaded encode of one long text) on the tokenizer trained by
 tests/tokenizer/make_fixtures.py and ~2 MB of Python sources.
 
-  python3 scripts/bench/tokenize.py --build build
+  python3 scripts/bench/tokenizer_speed.py --build build
 """
 import argparse
 import json
