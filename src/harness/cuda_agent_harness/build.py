@@ -40,10 +40,30 @@ class BuildError(Exception):
     """A candidate's sources failed to build; the message is the compiler output."""
 
 
+def _torch_root():
+    spec = importlib.util.find_spec("torch")  # located, not imported: importing torch costs ~2 s
+    return os.path.dirname(spec.origin)
+
+
 def _torch_dirs():
-    import torch
-    import torch.utils.cpp_extension as ce
-    return ce.include_paths(), os.path.join(os.path.dirname(torch.__file__), "lib"), torch.__version__
+    """(include dirs, lib dir, version) of torch, read from its files."""
+    root = _torch_root()
+    with open(os.path.join(root, "version.py")) as f:
+        version = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", f.read(), re.M).group(1)
+    includes = [os.path.join(root, "include"), os.path.join(root, "include", "torch", "csrc", "api", "include")]
+    return includes, os.path.join(root, "lib"), version
+
+
+def _common_nvcc_flags():
+    """torch.utils.cpp_extension.COMMON_NVCC_FLAGS, read from its source."""
+    import ast
+    with open(os.path.join(_torch_root(), "utils", "cpp_extension.py")) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "COMMON_NVCC_FLAGS" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    import torch.utils.cpp_extension as ce  # the source changed shape: ask torch itself
+    return list(ce.COMMON_NVCC_FLAGS)
 
 
 def _cxx_version():
@@ -66,12 +86,11 @@ def cxx_flags(spec):
 
 
 def nvcc_flags(spec):
-    import torch.utils.cpp_extension as ce
     includes, _, _ = _torch_dirs()
     arch = spec.get("cuda_arch") or "sm_90"
     num = arch.replace("sm_", "")
     flags = list(spec["nvcc_flags"]) + ["-gencode=arch=compute_%s,code=sm_%s" % (num, num)]
-    flags += list(ce.COMMON_NVCC_FLAGS) + ["-Xcompiler", "-fPIC", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1",
+    flags += _common_nvcc_flags() + ["-Xcompiler", "-fPIC", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1",
                                            "-DTORCH_API_INCLUDE_EXTENSION_H", "-I", SHIM_DIR]
     for inc in includes + [sysconfig.get_paths()["include"]]:
         flags += ["-isystem", inc]
