@@ -274,11 +274,12 @@ std::vector<GenerationResult> Generator::Step() {
 }
 
 std::vector<GenerationResult> Generator::Generate(const std::vector<GenerationRequest>& requests) {
-  std::vector<int64_t> ids;
-  for (const auto& r : requests) ids.push_back(Submit(r));
+  TORCH_CHECK(Idle(), "Generate() needs an idle generator: finish Submit()/Step() work first");
+  const int64_t first = next_id_;  // ids are handed out consecutively
+  for (const auto& r : requests) Submit(r);
   std::vector<GenerationResult> results(requests.size());
   while (!Idle())
-    for (auto& r : Step()) results[std::find(ids.begin(), ids.end(), r.id) - ids.begin()] = std::move(r);
+    for (auto& r : Step()) results[static_cast<size_t>(r.id - first)] = std::move(r);
   return results;
 }
 

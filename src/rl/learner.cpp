@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <functional>
+
 namespace cuda_agent::rl {
 namespace {
 
@@ -24,6 +26,13 @@ at::Tensor ShiftRight(const at::Tensor& x) {
 void Accumulate(UpdateMetrics* m, const std::string& key, double value, double weight) {
   (*m)[key + ".sum"] += value * weight;
   (*m)[key + ".weight"] += weight;
+}
+
+// logprob of tokens[:, t] under logits[:, t - 1]; 0 at t = 0. (B, T) float32.
+at::Tensor ShiftedLogprobs(const at::Tensor& logits, const at::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  at::Tensor lp = TokenLogprobs(logits.narrow(1, 0, T - 1), tokens.narrow(1, 1, T - 1));
+  return at::cat({at::zeros_like(lp.narrow(1, 0, 1)), lp}, 1);
 }
 
 // Turns the .sum/.weight pairs into weighted means.
@@ -62,9 +71,7 @@ Learner::Learner(model::Transformer& policy, model::Transformer* critic, const m
 }
 
 at::Tensor Learner::SequenceLogprobs(const model::Transformer& model, const at::Tensor& tokens) {
-  at::Tensor logits = model.Forward(tokens, Positions(tokens));
-  at::Tensor lp = TokenLogprobs(logits.narrow(1, 0, tokens.size(1) - 1), tokens.narrow(1, 1, tokens.size(1) - 1));
-  return at::cat({at::zeros_like(lp.narrow(1, 0, 1)), lp}, 1);
+  return ShiftedLogprobs(model.Forward(tokens, Positions(tokens)), tokens);
 }
 
 at::Tensor Learner::SequenceValues(const model::Transformer& model, const at::Tensor& tokens) {
@@ -126,10 +133,7 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
         at::Tensor mask = micro.action_mask.to(at::kBool);
         double tokens = mask.sum().item<double>();
         at::Tensor logits = policy_.Forward(micro.tokens, Positions(micro.tokens));
-        int64_t T = micro.tokens.size(1);
-        at::Tensor shifted = logits.narrow(1, 0, T - 1);
-        at::Tensor logp = TokenLogprobs(shifted, micro.tokens.narrow(1, 1, T - 1));
-        logp = at::cat({at::zeros_like(logp.narrow(1, 0, 1)), logp}, 1);
+        at::Tensor logp = ShiftedLogprobs(logits, micro.tokens);
         PolicyLossStats s;
         at::Tensor loss = PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale, &s);
         at::Tensor entropy;
@@ -168,9 +172,7 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
                                           gap.max().item<double>());
         }
         if (critic_ != nullptr) {
-          at::Tensor values;
-          critic_->Forward(micro.tokens, Positions(micro.tokens), nullptr, {}, &values);
-          values = ShiftRight(values.to(at::kFloat));
+          at::Tensor values = SequenceValues(*critic_, micro.tokens);
           double clip_fraction = 0;
           at::Tensor vloss = ValueLoss(values, micro.old_values, micro.returns, mask, config_.value_clip,
                                        config_.policy.aggregation, scale, &clip_fraction);
@@ -194,44 +196,37 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
   return Finish(m);
 }
 
-UpdateMetrics Learner::FineTune(const RolloutBatch& batch) {
+UpdateMetrics Learner::Supervised(const RolloutBatch& batch, GradientBuckets& grads, AdamW& optimizer,
+                                  const std::string& name,
+                                  const std::function<at::Tensor(const RolloutBatch&)>& per_token_loss) {
   UpdateMetrics m;
-  at::Tensor all_mask = batch.action_mask.to(at::kBool);
-  LossScale scale = GlobalScale(all_mask);
+  LossScale scale = GlobalScale(batch.action_mask.to(at::kBool));
   for (int64_t b = 0; b < batch.size(); b += config_.micro_batch_size) {
     RolloutBatch micro = batch.Slice(b, std::min(config_.micro_batch_size, batch.size() - b));
-    if (b + config_.micro_batch_size >= batch.size()) actor_grads_->Arm();
+    if (b + config_.micro_batch_size >= batch.size()) grads.Arm();
     at::Tensor mask = micro.action_mask.to(at::kBool);
-    at::Tensor nll = -SequenceLogprobs(policy_, micro.tokens);
-    at::Tensor loss = Aggregate(nll, mask, LossAggregation::kTokenMean, scale);
+    at::Tensor loss = Aggregate(per_token_loss(micro), mask, LossAggregation::kTokenMean, scale);
     loss.backward();
     double tokens = mask.sum().item<double>();
-    Accumulate(&m, "sft_loss", loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
+    Accumulate(&m, name, loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
   }
-  actor_grads_->Finish();
-  Accumulate(&m, "grad_norm", actor_opt_->Step(), 1);
-  return Finish(m);
+  grads.Finish();
+  Accumulate(&m, &optimizer == actor_opt_.get() ? "grad_norm" : "critic_grad_norm", optimizer.Step(), 1);
+  return m;
+}
+
+UpdateMetrics Learner::FineTune(const RolloutBatch& batch) {
+  return Finish(Supervised(batch, *actor_grads_, *actor_opt_, "sft_loss", [&](const RolloutBatch& micro) {
+    return -SequenceLogprobs(policy_, micro.tokens);
+  }));
 }
 
 UpdateMetrics Learner::PretrainCritic(RolloutBatch& batch) {
   TORCH_CHECK(critic_ != nullptr, "critic pretraining needs a critic");
-  UpdateMetrics m;
-  at::Tensor all_mask = batch.action_mask.to(at::kBool);
-  LossScale scale = GlobalScale(all_mask);
-  for (int64_t b = 0; b < batch.size(); b += config_.micro_batch_size) {
-    RolloutBatch micro = batch.Slice(b, std::min(config_.micro_batch_size, batch.size() - b));
-    if (b + config_.micro_batch_size >= batch.size()) critic_grads_->Arm();
-    at::Tensor mask = micro.action_mask.to(at::kBool);
-    at::Tensor values = SequenceValues(*critic_, micro.tokens);
-    // Unclipped: pretraining moves the critic as far as the targets need.
-    at::Tensor loss = Aggregate(0.5 * (values - micro.returns.to(at::kFloat)).pow(2), mask,
-                                LossAggregation::kTokenMean, scale);
-    loss.backward();
-    double tokens = mask.sum().item<double>();
-    Accumulate(&m, "value_loss", loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
-  }
-  critic_grads_->Finish();
-  Accumulate(&m, "critic_grad_norm", critic_opt_->Step(), 1);
+  // Unclipped: pretraining moves the critic as far as the targets need.
+  UpdateMetrics m = Supervised(batch, *critic_grads_, *critic_opt_, "value_loss", [&](const RolloutBatch& micro) {
+    return 0.5 * (SequenceValues(*critic_, micro.tokens) - micro.returns.to(at::kFloat)).pow(2);
+  });
   m["explained_variance"] = ExplainedVariance(batch.old_values, batch.returns, batch.action_mask);
   return Finish(m);
 }

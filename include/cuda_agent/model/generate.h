@@ -77,7 +77,8 @@ class Generator {
   void Release(const std::string& cache_key);
   // Forgets every cached prefix: call after the weights change (an update).
   void ResetCache();
-  // Submits all, steps until done; results in request order.
+  // Submits all, steps until done; results in request order. The generator
+  // must be idle (no requests of Submit() pending).
   std::vector<GenerationResult> Generate(const std::vector<GenerationRequest>& requests);
 
   const GeneratorStats& stats() const { return stats_; }

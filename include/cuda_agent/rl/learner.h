@@ -8,6 +8,7 @@
 // gradient.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -69,6 +70,11 @@ class Learner {
 
  private:
   LossScale GlobalScale(const at::Tensor& mask);
+  // One optimizer step on a token-mean loss over the batch's action tokens
+  // (rejection fine-tuning, critic pretraining); metric `name` is its mean.
+  UpdateMetrics Supervised(const RolloutBatch& batch, GradientBuckets& grads, AdamW& optimizer,
+                           const std::string& name,
+                           const std::function<at::Tensor(const RolloutBatch&)>& per_token_loss);
 
   model::Transformer& policy_;
   model::Transformer* critic_;
