@@ -79,6 +79,10 @@ def main():
         cmd += ["--batch", str(b)]
     subprocess.run(cmd, check=True)
     ours = {r["batch"]: r for r in json.load(open(ours_json))}
+    eager = {}
+    if args.device.startswith("cuda"):  # the same without CUDA graphs: what they are worth
+        subprocess.run(cmd + ["--cuda-graphs", "0"], check=True)
+        eager = {r["batch"]: r for r in json.load(open(ours_json))}
     c = model.config
     elem = torch.finfo(dtype).bits // 8
     weight_bytes = sum(p.numel() for p in model.parameters()) * elem
@@ -93,7 +97,8 @@ def main():
         row = {"batch": b, "cuda_agent_tokens_per_s": ours[b]["decode_tokens_per_s"],
                "transformers_tokens_per_s": theirs, "bandwidth_limit_tokens_per_s": limit,
                "speedup_vs_transformers": ours[b]["decode_tokens_per_s"] / theirs,
-               "fraction_of_limit": ours[b]["decode_tokens_per_s"] / limit}
+               "fraction_of_limit": ours[b]["decode_tokens_per_s"] / limit,
+               "cuda_agent_without_graphs_tokens_per_s": eager.get(b, {}).get("decode_tokens_per_s")}
         rows.append(row)
         print("batch %3d: cuda-agent %9.1f tok/s, transformers %9.1f tok/s (%.2fx), limit %9.1f tok/s (%.1f%%)"
               % (b, row["cuda_agent_tokens_per_s"], theirs, row["speedup_vs_transformers"], limit,

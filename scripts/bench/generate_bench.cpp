@@ -5,7 +5,8 @@
 //
 // Per batch size: `batch` random prompts, greedy, no stop tokens, so every
 // sequence generates exactly --new-tokens. The first Step() prefills all
-// prompts; decode tokens/s counts the steps after it.
+// prompts; decode tokens/s counts the steps after it. On CUDA the decode steps
+// replay CUDA graphs unless --cuda-graphs 0.
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
@@ -26,12 +27,14 @@ int main(int argc, char** argv) {
   std::string model_dir, device = "cpu", dtype = "bfloat16", json_path;
   std::vector<int64_t> batches{1};
   int64_t prompt_len = 128, new_tokens = 512;
+  bool cuda_graphs = true;
   app.add_option("--model", model_dir, "checkpoint directory")->required();
   app.add_option("--device", device, "cpu or cuda");
   app.add_option("--dtype", dtype, "float32 or bfloat16");
   app.add_option("--batch", batches, "batch sizes (repeatable)");
   app.add_option("--prompt-len", prompt_len, "prompt tokens per sequence");
   app.add_option("--new-tokens", new_tokens, "generated tokens per sequence");
+  app.add_option("--cuda-graphs", cuda_graphs, "replay decode steps from CUDA graphs (CUDA only)");
   app.add_option("--json", json_path, "write results here");
   CLI11_PARSE(app, argc, argv);
 
@@ -48,7 +51,9 @@ int main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t b : batches) {
     auto run = [&](int64_t tokens, double* decode_s, double* prefill_s) {
-      model::Generator gen(**model, nullptr, {b, prompt_len + tokens + 1, 0});
+      model::GeneratorOptions options{b, prompt_len + tokens + 1, 0};
+      options.cuda_graphs = cuda_graphs;
+      model::Generator gen(**model, nullptr, options);
       for (int64_t i = 0; i < b; ++i) {
         model::GenerationRequest r;
         for (int64_t t = 0; t < prompt_len; ++t) r.prompt.push_back(token(rng));
@@ -72,7 +77,8 @@ int main(int argc, char** argv) {
     double decoded = static_cast<double>(b * (new_tokens - 1));
     nlohmann::json row = {{"batch", b},          {"prompt_len", prompt_len},     {"new_tokens", new_tokens},
                           {"prefill_s", p},      {"decode_s", d},                {"decode_tokens_per_s", decoded / d},
-                          {"decode_steps", stats.decode_steps}, {"device", device}, {"dtype", dtype}};
+                          {"decode_steps", stats.decode_steps}, {"device", device}, {"dtype", dtype},
+                          {"graphs_captured", stats.graphs_captured}, {"graph_replays", stats.graph_replays}};
     std::cout << row.dump() << std::endl;
     rows.push_back(row);
   }

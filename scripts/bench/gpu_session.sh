@@ -2,13 +2,16 @@
 # Everything that needs the GPU host, in one run, results under OUT_DIR.
 # On the host (after `source .device/env.sh` where gRPC is staged):
 #
-#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judge|policy|learner ...
+#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|learner ...
 #
-#   build    configure and build build-gpu (benchmarks included)
-#   tests    ctest -L gpu, then the CPU-labelled model and rl tests on this host
-#   judge    worker throughput (CUDA) and the paper recipe on the same candidates
-#   policy   bf16 logit parity and decode throughput, Qwen2.5-0.5B-shaped
-#   learner  PPO update tokens/s and MFU, Qwen2.5-0.5B-shaped, bf16, 4096 tokens
+#   build       configure and build build-gpu (benchmarks included)
+#   tests       the GPU tests of the model and the learner (CUDA graphs, NCCL),
+#               then the CPU-labelled model and rl tests on this host
+#   judgetests  the judge's GPU tests (honest, wrong and cheating candidates)
+#   judge       worker throughput (CUDA) and the paper recipe on the same candidates
+#   policy      bf16 logit parity and decode throughput, Qwen2.5-0.5B-shaped
+#   learner     PPO update tokens/s and MFU, Qwen2.5-0.5B-shaped, bf16, 4096
+#               tokens; on one GPU and, where there are two, on both
 set -uo pipefail
 out=$1
 shift
@@ -22,8 +25,11 @@ for step in "$@"; do
         ninja -C $build -j"$(nproc)" > "$out/build.log" 2>&1
       ;;
     tests)
-      ctest --test-dir $build -L gpu --output-on-failure > "$out/gpu_tests.log" 2>&1
-      ctest --test-dir $build -R "ParityTest|GeneratorTest|LearnerTest|Distributed" -j4 > "$out/model_rl_tests.log" 2>&1
+      ctest --test-dir $build -R "GeneratorGpuTest|DistributedGpuTest" --output-on-failure > "$out/gpu_tests.log" 2>&1
+      ctest --test-dir $build -R "ParityTest|GeneratorTest|LearnerTest|DistributedTest" -j8 > "$out/model_rl_tests.log" 2>&1
+      ;;
+    judgetests)
+      ctest --test-dir $build -R JudgeGpu --output-on-failure > "$out/judge_gpu_tests.log" 2>&1
       ;;
     judge)
       scripts/bench/worker_gpu.sh $build "$out" worker > "$out/worker_gpu.log" 2>&1
@@ -35,8 +41,12 @@ for step in "$@"; do
       python3 scripts/bench/generate.py --build $build --device cuda --out "$out/generate.json" > "$out/generate.log" 2>&1
       ;;
     learner)
-      $build/learner_bench --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batch 4 --seq 4096 --steps 5 \
-        --json "$out/learner.json" > "$out/learner.log" 2>&1
+      args=(--shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batch 4 --seq 4096 --steps 5)
+      $build/learner_bench "${args[@]}" --json "$out/learner.json" > "$out/learner.log" 2>&1
+      if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+        python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/learner_bench "${args[@]}" \
+          --json "$out/learner_2gpu.json" >> "$out/learner.log" 2>&1
+      fi
       ;;
     *)
       echo "unknown step $step" >&2

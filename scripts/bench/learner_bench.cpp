@@ -4,18 +4,26 @@
 //   learner_bench --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batch 4 --seq 4096 --steps 5
 //
 // Each step is one Learner::Update on `batch` rows of `seq` tokens (the second
-// half of each row is the response), micro-batch 1, one optimizer step. MFU
+// half of each row is the response), micro-batches of --micro-batch rows, one optimizer step. MFU
 // counts 6 * parameters + 12 * layers * hidden * seq FLOPs per token (forward and
 // backward, attention included) against --peak-tflops.
+//
+// Data parallel over GPUs (the scaling figure): each rank runs `batch` rows,
+// ranks meet through torchrun's variables and NCCL (Gloo on CPU).
+//
+//   python3 -m torch.distributed.run --nproc-per-node 2 --no-python learner_bench --shape qwen2.5-0.5b
+//       --device cuda --dtype bfloat16 --batch 4 --seq 4096
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "cuda_agent/rl/communicator.h"
 #include "cuda_agent/rl/learner.h"
 
 using namespace cuda_agent;
@@ -24,14 +32,15 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   CLI::App app{"PPO update throughput"};
   std::string shape = "tiny", device = "cpu", dtype = "float32", json_path;
-  int64_t batch = 2, seq = 256, steps = 3;
+  int64_t batch = 2, seq = 256, steps = 3, micro_batch = 1;
   double peak_tflops = 990;
   app.add_option("--shape", shape, "qwen2.5-0.5b or tiny")->check(CLI::IsMember({"qwen2.5-0.5b", "tiny"}));
   app.add_option("--device", device, "cpu or cuda");
   app.add_option("--dtype", dtype, "float32 or bfloat16");
-  app.add_option("--batch", batch, "rows per update");
+  app.add_option("--batch", batch, "rows per update on each rank");
   app.add_option("--seq", seq, "tokens per row");
   app.add_option("--steps", steps, "timed updates (after one warm-up)");
+  app.add_option("--micro-batch", micro_batch, "rows per forward/backward pass");
   app.add_option("--peak-tflops", peak_tflops, "the device's dense peak (H200 bf16: 990)");
   app.add_option("--json", json_path, "write the result here");
   CLI11_PARSE(app, argc, argv);
@@ -46,13 +55,20 @@ int main(int argc, char** argv) {
                                             {"num_attention_heads", 14}, {"num_key_value_heads", 2},
                                             {"max_position_embeddings", 32768}, {"rope_theta", 1000000.0},
                                             {"tie_word_embeddings", true}};
+  auto comm = rl::Communicator::FromEnvironment(device == "cuda" ? "nccl" : "gloo");
+  if (!comm.ok()) return std::cerr << comm.status().ToString() << "\n", 1;
+  const int world = (*comm)->world_size(), rank = (*comm)->rank();
+  if (device == "cuda") {  // one GPU per rank of this node
+    const char* local = std::getenv("LOCAL_RANK");
+    device = "cuda:" + std::string(local ? local : "0");
+  }
   model::ModelConfig config = model::ParseModelConfig(cfg, shape).value();
   model::LoadOptions lo{dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, c10::Device(device), false};
   auto policy = model::Transformer::Random(config, lo, 0);
   rl::LearnerConfig lc;
   lc.estimator = rl::AdvantageEstimator::kGrpo;
-  lc.micro_batch_size = 1;
-  rl::Learner learner(*policy, nullptr, nullptr, lc);
+  lc.micro_batch_size = micro_batch;
+  rl::Learner learner(*policy, nullptr, nullptr, lc, comm->get());
 
   auto on = at::TensorOptions().device(lo.device);
   rl::RolloutBatch b;
@@ -77,15 +93,17 @@ int main(int argc, char** argv) {
   for (int64_t s = 0; s < steps; ++s) learner.Update(b);
   sync();
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(steps);
-  double tokens_per_s = static_cast<double>(batch * seq) / seconds;
+  double tokens_per_s = static_cast<double>(world * batch * seq) / seconds;  // all ranks
   double flops_per_token = 6.0 * static_cast<double>(config.ParameterCount()) +
                            12.0 * static_cast<double>(config.num_layers * config.hidden_size * seq);
-  double mfu = tokens_per_s * flops_per_token / (peak_tflops * 1e12);
+  double mfu = tokens_per_s / world * flops_per_token / (peak_tflops * 1e12);  // per GPU
   nlohmann::json row = {{"shape", shape},         {"device", device},
-                        {"dtype", dtype},         {"batch", batch},
+                        {"dtype", dtype},         {"batch", batch}, {"micro_batch", micro_batch},
                         {"seq", seq},             {"seconds_per_update", seconds},
                         {"tokens_per_s", tokens_per_s}, {"parameters", config.ParameterCount()},
-                        {"mfu", mfu},             {"peak_tflops", peak_tflops}};
+                        {"mfu", mfu},             {"peak_tflops", peak_tflops},
+                        {"world_size", world},    {"tokens_per_s_per_rank", tokens_per_s / world}};
+  if (rank != 0) return 0;
   std::cout << row.dump() << std::endl;
   if (!json_path.empty()) std::ofstream(json_path) << row.dump(1) << "\n";
   return 0;

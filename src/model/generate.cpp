@@ -6,11 +6,13 @@
 
 #include <algorithm>
 
-#if defined(__has_include)
-#if __has_include(<ATen/cuda/CUDAGeneratorImpl.h>)
+#include <map>
+
+#ifdef CUDA_AGENT_WITH_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
-#define CUDA_AGENT_HAVE_CUDA_GENERATOR 1
-#endif
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace cuda_agent::model {
@@ -30,7 +32,7 @@ struct Generator::Slot {
 namespace {
 
 at::Generator MakeRng(c10::Device device, uint64_t seed) {
-#ifdef CUDA_AGENT_HAVE_CUDA_GENERATOR
+#ifdef CUDA_AGENT_WITH_CUDA
   if (device.is_cuda()) {
     auto g = at::make_generator<at::CUDAGeneratorImpl>(device.index() < 0 ? 0 : device.index());
     g.set_current_seed(seed);
@@ -48,6 +50,15 @@ size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b
 
 }  // namespace
 
+// Captured decode steps by (rows, span). They share one memory pool: replays
+// run one at a time, and each copies its logits into decode_logits_.
+struct Generator::Graphs {
+#ifdef CUDA_AGENT_WITH_CUDA
+  at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<at::cuda::CUDAGraph>> by_shape;
+#endif
+};
+
 Generator::Generator(const Transformer& model, std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
                      const GeneratorOptions& options)
     : model_(model), tokenizer_(std::move(tokenizer)), options_(options) {
@@ -55,6 +66,18 @@ Generator::Generator(const Transformer& model, std::shared_ptr<const tokenizer::
   cache_ = KvCache::Allocate(model.config(), options.max_batch, options.max_seq_len, lo.dtype, lo.device);
   for (int64_t i = 0; i < options.max_batch; ++i) slots_.push_back(std::make_unique<Slot>());
   rng_ = MakeRng(lo.device, options.seed);
+  slot_decode_ = options.slot_decode;
+#ifdef CUDA_AGENT_WITH_CUDA
+  slot_decode_ |= options.cuda_graphs && lo.device.is_cuda();
+#endif
+  if (slot_decode_) {
+    auto on = at::TensorOptions().device(lo.device);
+    // Row 0: token ids, row 1: positions; filled from pinned host memory by one copy a step.
+    decode_inputs_ = at::zeros({2, options.max_batch}, on.dtype(at::kLong));
+    decode_host_ = at::zeros({2, options.max_batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(lo.device.is_cuda()));
+    decode_logits_ = at::empty({options.max_batch, model.config().vocab_size}, on.dtype(lo.dtype));
+    graphs_ = std::make_unique<Graphs>();
+  }
 }
 
 Generator::~Generator() = default;
@@ -182,7 +205,19 @@ void Generator::SampleAndAppend(const at::Tensor& logits_in, const std::vector<i
 
   at::Tensor tokens = logits.argmax(-1);
   at::Tensor logprobs = at::log_softmax(logits, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
-  if (any_sampled) {
+  const bool filtered = std::any_of(top_ks.begin(), top_ks.end(), [&](int64_t k) { return k < logits.size(1); }) ||
+                        std::any_of(top_ps.begin(), top_ps.end(), [](double p) { return p < 1.0; });
+  if (any_sampled && !filtered) {
+    // Plain softmax sampling needs no sort: argmax of p / Exp(1) noise picks
+    // index i with probability p_i.
+    at::Tensor scaled = logits / at::tensor(temps, at::kDouble).to(options).unsqueeze(1);
+    at::Tensor log_p = at::log_softmax(scaled, -1);
+    at::Tensor noise = at::empty_like(log_p).exponential_(1.0, rng_);
+    at::Tensor sampled = (log_p - noise.log()).argmax(-1);
+    at::Tensor greedy_mask = at::tensor(greedy, at::kByte).to(logits.device()).to(at::kBool);
+    tokens = at::where(greedy_mask, tokens, sampled);
+    logprobs = at::where(greedy_mask, logprobs, log_p.gather(1, sampled.unsqueeze(1)).squeeze(1));
+  } else if (any_sampled) {
     at::Tensor scaled = logits / at::tensor(temps, at::kDouble).to(options).unsqueeze(1);
     // Top-k and top-p on the sorted row: keep rank < k and the smallest prefix
     // whose probability reaches p (the first token always stays).
@@ -202,9 +237,11 @@ void Generator::SampleAndAppend(const at::Tensor& logits_in, const std::vector<i
     tokens = at::where(greedy_mask, tokens, sampled);
     logprobs = at::where(greedy_mask, logprobs, sampled_logprob);
   }
-  at::Tensor tokens_cpu = tokens.to(at::kCPU), logprobs_cpu = logprobs.to(at::kCPU);
-  const int64_t* tok = tokens_cpu.data_ptr<int64_t>();
-  const float* lp = logprobs_cpu.data_ptr<float>();
+  // One transfer: token ids (exact in float32 below 2^24) beside their logprobs.
+  TORCH_CHECK(logits.size(1) <= (int64_t{1} << 24), "vocabularies past 2^24 tokens are not supported");
+  at::Tensor host = at::stack({tokens.to(at::kFloat), logprobs}).to(at::kCPU);
+  const float* tok = host.data_ptr<float>();
+  const float* lp = tok + B;
   for (int64_t b = 0; b < B; ++b) {
     Slot& s = *slots_[slot_ids[b]];
     s.generated.push_back(static_cast<int32_t>(tok[b]));
@@ -267,10 +304,66 @@ std::vector<GenerationResult> Generator::Step() {
   auto on = [&](std::vector<int64_t>& v, std::vector<int64_t> shape) {
     return at::tensor(v, at::kLong).view(shape).to(device);
   };
-  at::Tensor logits = model_.Forward(on(ids, {B, 1}), on(positions, {B, 1}), &cache_, on(running, {B})).select(1, 0);
+  at::Tensor logits;
+  if (slot_decode_) {
+    // Every slot up to the highest running one decodes; idle rows write at
+    // position max_seq_len - 1, which no sequence ever reads (prompts and
+    // generated tokens stop one short of it).
+    int64_t rows = 1;
+    while (rows < running.back() + 1) rows *= 2;
+    rows = std::min(rows, options_.max_batch);
+    int64_t* host = decode_host_.data_ptr<int64_t>();  // the last step's copy is done: its logits were read
+    const int64_t stride = options_.max_batch;
+    std::fill(host, host + rows, 0);
+    std::fill(host + stride, host + stride + rows, options_.max_seq_len - 1);
+    int64_t span = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      host[running[b]] = ids[b];
+      host[stride + running[b]] = positions[b];
+      span = std::max(span, positions[b] + 1);
+    }
+    span = std::min((span + 127) / 128 * 128, options_.max_seq_len);
+    decode_inputs_.narrow(1, 0, rows).copy_(decode_host_.narrow(1, 0, rows), /*non_blocking=*/true);
+    logits = DecodeSlots(rows, span);
+    if (B < rows) logits = logits.index_select(0, on(running, {B}));
+  } else {
+    logits = model_.Forward(on(ids, {B, 1}), on(positions, {B, 1}), &cache_, on(running, {B})).select(1, 0);
+  }
   ++stats_.decode_steps;
   SampleAndAppend(logits, running, &finished);
   return finished;
+}
+
+at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {
+  at::Tensor ids = decode_inputs_[0].narrow(0, 0, rows).view({rows, 1});
+  at::Tensor positions = decode_inputs_[1].narrow(0, 0, rows).view({rows, 1});
+  at::Tensor out = decode_logits_.narrow(0, 0, rows);
+#ifdef CUDA_AGENT_WITH_CUDA
+  if (!options_.cuda_graphs || !decode_inputs_.is_cuda()) return out.copy_(model_.Decode(ids, positions, cache_, span));
+  auto& graph = graphs_->by_shape[{rows, span}];
+  if (!graph) {
+    // Capture on a side stream after one eager run there (it loads the
+    // kernels and cuBLAS workspaces; its cache writes are the ones the replay
+    // repeats).
+    c10::cuda::getCurrentCUDAStream().synchronize();
+    auto stream = c10::cuda::getStreamFromPool(false, decode_inputs_.device().index());
+    {
+      c10::cuda::CUDAStreamGuard guard(stream);
+      out.copy_(model_.Decode(ids, positions, cache_, span));
+      graph = std::make_unique<at::cuda::CUDAGraph>();
+      graph->capture_begin(graphs_->pool);
+      out.copy_(model_.Decode(ids, positions, cache_, span));
+      graph->capture_end();
+    }
+    stream.synchronize();
+    ++stats_.graphs_captured;
+  }
+  graph->replay();
+  ++stats_.graph_replays;
+  return out;
+#else
+  return out.copy_(model_.Decode(ids, positions, cache_, span));
+#endif
 }
 
 std::vector<GenerationResult> Generator::Generate(const std::vector<GenerationRequest>& requests) {

@@ -65,7 +65,24 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& where) 
     c.qk_norm = true;
   }
   if (j.value("use_sliding_window", false)) return fail("use_sliding_window", "sliding-window attention is not supported");
-  const json& rs = j.value("rope_scaling", json());
+  // transformers >= 5 writes rope_theta and the scaling into one
+  // rope_parameters object (or one per layer type); older versions write
+  // rope_theta and rope_scaling at the top level.
+  json rs = j.value("rope_scaling", json());
+  const json& rp = j.value("rope_parameters", json());
+  if (rp.is_object() && !rp.empty()) {
+    json params = rp;
+    if (!rp.contains("rope_theta") && !rp.contains("rope_type") && !rp.contains("type")) {  // per layer type
+      params = rp.begin().value();
+      for (const auto& [layer_type, p] : rp.items())
+        if (p != params) return fail("rope_parameters", "layer types with different rotary settings are not supported");
+    }
+    if (!params.is_object()) return fail("rope_parameters", "not an object");
+    c.rope_theta = params.value("rope_theta", c.rope_theta);
+    rs = params;
+  } else if (!rp.is_null() && !rp.is_object()) {
+    return fail("rope_parameters", "not an object");
+  }
   if (!rs.is_null()) {
     std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
     c.rope_scaling.type = type;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -92,9 +93,9 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 // transformers' RMSNorm: in fp32, then back to the input dtype, then the weight.
+// at::rms_norm is one fused kernel on CUDA (and autograd-aware).
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor h = x.to(at::kFloat);
-  h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  at::Tensor h = at::rms_norm(x.to(at::kFloat), {x.size(-1)}, {}, eps);
   return weight * h.to(x.scalar_type());
 }
 
@@ -224,30 +225,21 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const fs::path& dir, co
   return t;
 }
 
-at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positions, KvCache* cache,
-                                const at::Tensor& slots, at::Tensor* values) const {
+// The layers, with attention left to `attend(layer, q, k, v)` ([B, T, heads,
+// head_dim] each, rotary applied) returning [B, T, heads * head_dim].
+template <typename Attend>
+at::Tensor Transformer::Run(const at::Tensor& ids, const at::Tensor& positions, at::Tensor* values,
+                            Attend&& attend) const {
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
   const int64_t B = ids.size(0), T = ids.size(1);
   const double eps = c.rms_norm_eps;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
 
   at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids);
   // Rotary tables for these positions, computed in fp32 as transformers does.
   at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * m.inv_freq;  // [B, T, hd/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(2);              // [B, T, 1, hd]
   at::Tensor cos = emb.cos().to(h.scalar_type()), sin = emb.sin().to(h.scalar_type());
-
-  at::Tensor mask, slot_rows;
-  int64_t span = 0;
-  bool leading_slots = false;  // slots are 0..B-1: the cache rows need no gather
-  if (cache != nullptr) {
-    leading_slots = slots.equal(at::arange(B, slots.options()));
-    span = positions.max().item<int64_t>() + 1;  // keys any query here may see
-    at::Tensor key_pos = at::arange(span, positions.options());
-    mask = key_pos.view({1, 1, 1, span}) <= positions.view({B, 1, T, 1});  // [B, 1, T, span]
-    slot_rows = slots.view({B, 1}).expand({B, T});
-  }
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string p = "model.layers." + std::to_string(i) + ".";
     at::Tensor x = RmsNorm(h, m.P(p + "input_layernorm.weight"), eps);
@@ -263,22 +255,7 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
     }
     q = q * cos + RotateHalf(q) * sin;
     k = k * cos + RotateHalf(k) * sin;
-    at::Tensor attn;
-    if (cache != nullptr) {
-      cache->k[i].index_put_({slot_rows, positions}, k);
-      cache->v[i].index_put_({slot_rows, positions}, v);
-      at::Tensor kk = (leading_slots ? cache->k[i].narrow(0, 0, B) : cache->k[i].index_select(0, slots))
-                          .narrow(1, 0, span)
-                          .transpose(1, 2);
-      at::Tensor vv = (leading_slots ? cache->v[i].narrow(0, 0, B) : cache->v[i].index_select(0, slots))
-                          .narrow(1, 0, span)
-                          .transpose(1, 2);
-      attn = at::scaled_dot_product_attention(q.transpose(1, 2), kk, vv, mask, 0.0, false, scale, true);
-    } else {
-      attn = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
-                                              true, scale, true);
-    }
-    attn = attn.transpose(1, 2).reshape({B, T, c.num_heads * c.head_dim});
+    at::Tensor attn = attend(i, q, k, v);
     h = h + at::linear(attn, m.P(p + "self_attn.o_proj.weight"), m.Opt(p + "self_attn.o_proj.bias"));
     x = RmsNorm(h, m.P(p + "post_attention_layernorm.weight"), eps);
     at::Tensor gate = at::linear(x, m.P(p + "mlp.gate_proj.weight"), m.Opt(p + "mlp.gate_proj.bias"));
@@ -290,6 +267,62 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
     *values = at::linear(h, m.P("value_head.weight"), m.P("value_head.bias")).squeeze(-1);
   const at::Tensor& head = c.tie_word_embeddings ? m.P("model.embed_tokens.weight") : m.P("lm_head.weight");
   return at::linear(h, head);
+}
+
+at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positions, KvCache* cache,
+                                const at::Tensor& slots, at::Tensor* values) const {
+  const ModelConfig& c = impl_->config;
+  const int64_t B = ids.size(0), T = ids.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  if (cache == nullptr) {
+    return Run(ids, positions, values, [&](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
+                                              true, scale, true)
+          .transpose(1, 2)
+          .reshape({B, T, c.num_heads * c.head_dim});
+    });
+  }
+  const bool leading_slots = slots.equal(at::arange(B, slots.options()));  // the cache rows need no gather
+  const int64_t span = positions.max().item<int64_t>() + 1;                // keys any query here may see
+  at::Tensor key_pos = at::arange(span, positions.options());
+  at::Tensor mask = key_pos.view({1, 1, 1, span}) <= positions.view({B, 1, T, 1});  // [B, 1, T, span]
+  at::Tensor slot_rows = slots.view({B, 1}).expand({B, T});
+  return Run(ids, positions, values, [&](int64_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    cache->k[i].index_put_({slot_rows, positions}, k);
+    cache->v[i].index_put_({slot_rows, positions}, v);
+    auto rows = [&](const at::Tensor& t) {
+      return (leading_slots ? t.narrow(0, 0, B) : t.index_select(0, slots)).narrow(1, 0, span).transpose(1, 2);
+    };
+    return at::scaled_dot_product_attention(q.transpose(1, 2), rows(cache->k[i]), rows(cache->v[i]), mask, 0.0, false,
+                                            scale, true)
+        .transpose(1, 2)
+        .reshape({B, T, c.num_heads * c.head_dim});
+  });
+}
+
+at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
+                               int64_t span) const {
+  const ModelConfig& c = impl_->config;
+  const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  at::Tensor pos = positions.view({B});
+  at::Tensor flat = at::arange(B, pos.options()) * cache.max_len + pos;  // row b -> (slot b, its position)
+  // Additive, made once for all layers (a boolean mask is converted per call).
+  at::Tensor visible = at::arange(span, pos.options()).view({1, 1, 1, span}) <= pos.view({B, 1, 1, 1});
+  at::Tensor mask = at::zeros({B, 1, 1, span}, pos.options().dtype(impl_->options.dtype))
+                        .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor logits = Run(ids, positions, nullptr, [&](int64_t i, const at::Tensor& q, const at::Tensor& k,
+                                                          const at::Tensor& v) {
+    cache.k[i].view({-1, kv, hd}).index_copy_(0, flat, k.view({B, kv, hd}));
+    cache.v[i].view({-1, kv, hd}).index_copy_(0, flat, v.view({B, kv, hd}));
+    // One query position per row: the `group` query heads that share a key
+    // head become `group` queries against it, so no key or value is repeated.
+    at::Tensor kk = cache.k[i].narrow(0, 0, B).narrow(1, 0, span).transpose(1, 2);  // [B, kv, span, hd]
+    at::Tensor vv = cache.v[i].narrow(0, 0, B).narrow(1, 0, span).transpose(1, 2);
+    return at::scaled_dot_product_attention(q.reshape({B, kv, group, hd}), kk, vv, mask, 0.0, false, scale)
+        .reshape({B, 1, c.num_heads * hd});
+  });
+  return logits.select(1, 0);
 }
 
 const std::vector<std::pair<std::string, at::Tensor>>& Transformer::parameters() const { return impl_->params; }

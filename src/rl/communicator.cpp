@@ -85,7 +85,9 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Connect(const std::string&
   try {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(master_port);
-    opts.isServer = rank == 0;
+    // Under torchrun the agent already serves the store at MASTER_PORT.
+    const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+    opts.isServer = rank == 0 && !(agent_store && std::string(agent_store) == "True");
     opts.numWorkers = world_size;
     opts.timeout = std::chrono::seconds(300);
     auto store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);

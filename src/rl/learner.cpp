@@ -131,12 +131,10 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
           if (critic_grads_) critic_grads_->Arm();
         }
         at::Tensor mask = micro.action_mask.to(at::kBool);
-        double tokens = mask.sum().item<double>();
         at::Tensor logits = policy_.Forward(micro.tokens, Positions(micro.tokens));
         at::Tensor logp = ShiftedLogprobs(logits, micro.tokens);
-        PolicyLossStats s;
-        at::Tensor loss = PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale, &s);
-        at::Tensor entropy;
+        at::Tensor loss = PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale);
+        at::Tensor entropy, kl;
         {
           c10::NoGradGuard no_grad;
           entropy = ShiftRight(TokenEntropy(logits.detach()));
@@ -151,11 +149,27 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
             c10::NoGradGuard no_grad;
             ref = SequenceLogprobs(*reference_, micro.tokens);
           }
-          at::Tensor kl = KlPenalty(logp, ref, config_.kl_estimator);
+          kl = KlPenalty(logp, ref, config_.kl_estimator);
           loss = loss + config_.kl_coef * Aggregate(kl, mask, config_.policy.aggregation, scale);
-          Accumulate(&m, "kl_to_reference", (kl.detach() * mask).sum().item<double>() / std::max(tokens, 1.0), tokens);
         }
+        logits.reset();
         loss.backward();
+        at::Tensor values, vloss;
+        if (critic_ != nullptr) {
+          values = SequenceValues(*critic_, micro.tokens);
+          vloss = ValueLoss(values, micro.old_values, micro.returns, mask, config_.value_clip,
+                            config_.policy.aggregation, scale);
+          vloss.backward();
+        }
+        // Diagnostics once the backward passes are queued, so that their host
+        // reads do not hold the GPU idle between forward and backward.
+        c10::NoGradGuard no_grad;
+        double tokens = mask.sum().item<double>();
+        logp = logp.detach();
+        PolicyLossStats s;
+        PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale, &s);
+        if (kl.defined())
+          Accumulate(&m, "kl_to_reference", (kl.detach() * mask).sum().item<double>() / std::max(tokens, 1.0), tokens);
         Accumulate(&m, "policy_loss", loss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
         Accumulate(&m, "entropy", (entropy * mask).sum().item<double>() / std::max(tokens, 1.0), tokens);
         Accumulate(&m, "approx_kl", s.approx_kl, tokens);
@@ -166,17 +180,15 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
         m["ratio_max"] = std::max(m.values.count("ratio_max") ? m["ratio_max"] : 0.0, s.ratio_max);
         m["ratio_min"] = std::min(m.values.count("ratio_min") ? m["ratio_min"] : 1e30, s.ratio_min);
         if (first && tokens > 0) {  // the trainer's logprobs against the sampler's, before any update
-          at::Tensor gap = (logp.detach() - micro.old_logprobs.to(at::kFloat)).abs().masked_select(mask);
+          at::Tensor gap = (logp - micro.old_logprobs.to(at::kFloat)).abs().masked_select(mask);
           Accumulate(&m, "logprob_gap_mean", gap.mean().item<double>(), tokens);
           m["logprob_gap_max"] = std::max(m.values.count("logprob_gap_max") ? m["logprob_gap_max"] : 0.0,
                                           gap.max().item<double>());
         }
         if (critic_ != nullptr) {
-          at::Tensor values = SequenceValues(*critic_, micro.tokens);
           double clip_fraction = 0;
-          at::Tensor vloss = ValueLoss(values, micro.old_values, micro.returns, mask, config_.value_clip,
-                                       config_.policy.aggregation, scale, &clip_fraction);
-          vloss.backward();
+          ValueLoss(values.detach(), micro.old_values, micro.returns, mask, config_.value_clip,
+                    config_.policy.aggregation, scale, &clip_fraction);
           Accumulate(&m, "value_loss", vloss.item<double>() * scale.tokens / std::max(tokens, 1.0), tokens);
           Accumulate(&m, "value_clip_fraction", clip_fraction, tokens);
         }

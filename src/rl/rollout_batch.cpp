@@ -14,6 +14,12 @@ RolloutBatch RolloutBatch::Slice(int64_t begin, int64_t n) const {
           cut(groups), cut(advantages), cut(returns), cut(old_values)};
 }
 
+RolloutBatch RolloutBatch::To(c10::Device device) const {
+  auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  return {move(tokens), move(action_mask), move(old_logprobs), move(rewards), move(scores),
+          move(groups), move(advantages), move(returns), move(old_values)};
+}
+
 RolloutBatch RolloutBatch::Select(const at::Tensor& keep) const {
   at::Tensor idx = keep.to(at::kBool).nonzero().squeeze(1).to(tokens.device());
   auto pick = [&](const at::Tensor& t) { return t.defined() ? t.index_select(0, idx.to(t.device())) : t; };

@@ -63,6 +63,39 @@ TEST(GeneratorTest, ContinuousBatchingMatchesTransformersGreedy) {
       for (size_t i = 0; i < again.size(); ++i)
         EXPECT_EQ(again[i].tokens, f.continuations[i]) << arch << " prompt " << i << " chunk " << chunk;
     }
+    // The fixed-shape decode CUDA graphs capture: every slot up to the highest
+    // running one, idle rows included, keys up to a multiple of 128 (or all).
+    for (int64_t max_seq_len : {int64_t{64}, int64_t{300}}) {
+      GeneratorOptions options{4, max_seq_len, 0};
+      options.slot_decode = true;
+      Generator slotted(*f.model, nullptr, options);
+      std::vector<GenerationRequest> spaced = requests;
+      spaced.insert(spaced.begin() + 1, Greedy(f.prompts[0], 1));  // frees slot 1 early: an idle row below slot 2
+      auto again = slotted.Generate(spaced);
+      EXPECT_EQ(again[0].tokens, f.continuations[0]) << arch;
+      EXPECT_EQ(again[2].tokens, f.continuations[1]) << arch;
+      EXPECT_EQ(again[3].tokens, f.continuations[2]) << arch;
+    }
+  }
+}
+
+TEST(GeneratorTest, DecodeOverLeadingSlotsEqualsTheGeneralForward) {
+  Fixture f = Load("qwen2");  // grouped-query attention: 2 query heads per key head
+  KvCache general = KvCache::Allocate(f.model->config(), 3, 40, at::kFloat, at::kCPU);
+  KvCache slotted = KvCache::Allocate(f.model->config(), 3, 40, at::kFloat, at::kCPU);
+  at::Tensor ids = at::randint(0, f.model->config().vocab_size, {3, 9}, at::kLong);
+  at::Tensor positions = at::arange(9, at::kLong).repeat({3, 1});
+  at::Tensor slots = at::arange(3, at::kLong);
+  f.model->Forward(ids, positions, &general, slots);
+  f.model->Forward(ids, positions, &slotted, slots);
+  at::Tensor next = at::randint(0, f.model->config().vocab_size, {3, 1}, at::kLong);
+  at::Tensor at_pos = at::tensor(std::vector<int64_t>{9, 4, 9}, at::kLong).view({3, 1});  // row 1 rewinds
+  at::Tensor expected = f.model->Forward(next, at_pos, &general, slots).select(1, 0);
+  at::Tensor got = f.model->Decode(next, at_pos, slotted, 16);
+  EXPECT_LT((got - expected).abs().max().item<double>(), 1e-5);
+  for (size_t l = 0; l < general.k.size(); ++l) {
+    EXPECT_LT((general.k[l] - slotted.k[l]).abs().max().item<double>(), 1e-5) << "layer " << l;
+    EXPECT_LT((general.v[l] - slotted.v[l]).abs().max().item<double>(), 1e-5) << "layer " << l;
   }
 }
 
@@ -98,6 +131,27 @@ TEST(GeneratorTest, SamplesFollowTheTruncatedDistributionAndReportItsLogprobs) {
   }
   for (const auto& [t, p] : allowed)  // 4.5 sigma of a binomial with n = 3000
     EXPECT_NEAR(counts[t] / double(n), p, 4.5 * std::sqrt(p * (1 - p) / n) + 1e-3) << "token " << t;
+}
+
+TEST(GeneratorTest, UntruncatedSamplesFollowTheTemperedSoftmax) {  // the sort-free path
+  Fixture f = Load();
+  at::Tensor probs = at::softmax(f.expected_logits(0)[-1] / 0.7, -1);
+  Generator gen(*f.model, nullptr, {64, 32, 7});
+  GenerationRequest r = Greedy(f.prompts[0], 1);
+  r.sampling.temperature = 0.7;
+  const int n = 3000;
+  auto results = gen.Generate(std::vector<GenerationRequest>(n, r));
+  std::map<int32_t, int> counts;
+  for (const auto& res : results) {
+    EXPECT_NEAR(res.logprobs[0], std::log(probs[res.tokens[0]].item<double>()), 1e-4);
+    ++counts[res.tokens[0]];
+  }
+  auto [top, top_ids] = probs.topk(5);
+  for (int k = 0; k < 5; ++k) {
+    double p = top[k].item<double>();
+    EXPECT_NEAR(counts[top_ids[k].item<int32_t>()] / double(n), p, 4.5 * std::sqrt(p * (1 - p) / n) + 1e-3)
+        << "rank " << k;
+  }
 }
 
 TEST(GeneratorTest, TinyTopPOrTopOneIsGreedy) {

@@ -161,6 +161,29 @@ TEST(ModelLoadTest, BadCheckpointsNameTheFileAndTensor) {
     fs::remove_all(fs::temp_directory_path() / (std::string("broken-") + tag + "-" + std::to_string(::getpid())));
 }
 
+// transformers >= 5 writes rope_theta and rope_scaling as one rope_parameters
+// object, or one per layer type; either must give the same model.
+TEST(ModelLoadTest, RopeParametersOfNewerTransformersLoadAlike) {
+  for (bool per_layer_type : {false, true}) {
+    fs::path d = Copy("llama", per_layer_type ? "rope-per-type" : "rope");
+    EditConfig(d, [&](json& j) {
+      json params = j.value("rope_parameters", j.value("rope_scaling", json::object()));
+      params["rope_theta"] = params.value("rope_theta", j.value("rope_theta", 10000.0));
+      params["rope_type"] = params.value("rope_type", params.value("type", std::string("default")));
+      j.erase("rope_scaling");
+      j.erase("rope_theta");
+      j["rope_parameters"] = per_layer_type ? json{{"full_attention", params}} : params;
+    });
+    auto model = Transformer::Load(d, {});
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    at::Tensor ids = Ids(Greedy("llama")["prompts"][0].get<std::vector<int64_t>>());
+    at::Tensor logits = (*model)->Forward(ids, at::arange(ids.size(1), at::kLong).view({1, -1}))[0];
+    at::Tensor expected = ReadTensor(FixtureDir() / "llama" / "expected.safetensors", "logits_0");
+    EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-4) << "per layer type: " << per_layer_type;
+    fs::remove_all(d);
+  }
+}
+
 TEST(ModelLoadTest, Bf16WeightsLoadAndRun) {
   auto model = Transformer::Load(FixtureDir() / "qwen2", {at::kBFloat16, at::kCPU, /*value_head=*/true});
   ASSERT_TRUE(model.ok()) << model.status().ToString();

@@ -54,10 +54,18 @@ struct GeneratorOptions {
   int64_t max_seq_len = 4096;  // prompt + generated tokens per sequence
   uint64_t seed = 0;
   int64_t prefill_chunk_tokens = 16384;  // new prompts prefilled together, rows x longest
+  // On CUDA, decode steps replay CUDA graphs captured per (rows, visible keys)
+  // bucket: rows are the slots up to the highest running one, rounded up to a
+  // power of two; visible keys round up to a multiple of 128.
+  bool cuda_graphs = true;
+  // The same fixed-shape decode over leading slots without graphs, on any
+  // device (lets CPU tests check what the graphs capture).
+  bool slot_decode = false;
 };
 
 struct GeneratorStats {
   int64_t prefill_tokens = 0, reused_tokens = 0, decode_steps = 0, generated_tokens = 0;
+  int64_t graphs_captured = 0, graph_replays = 0;
 };
 
 class Generator {
@@ -90,6 +98,9 @@ class Generator {
   void SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
                        std::vector<GenerationResult>* finished);
   bool Finished(Slot& slot);
+  // Logits [rows, V] of one decode step over slots 0..rows-1, whose ids and
+  // positions are in decode_inputs_: a graph replay on CUDA.
+  at::Tensor DecodeSlots(int64_t rows, int64_t span);
 
   const Transformer& model_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
@@ -101,6 +112,11 @@ class Generator {
   uint64_t clock_ = 0;  // for least-recently-used slot choice
   at::Generator rng_;
   GeneratorStats stats_;
+  bool slot_decode_ = false;  // decode runs over leading slots (CUDA graphs)
+  at::Tensor decode_inputs_, decode_logits_;  // the graphs' fixed inputs (ids; positions) and output
+  at::Tensor decode_host_;                    // pinned staging for decode_inputs_
+  struct Graphs;
+  std::unique_ptr<Graphs> graphs_;
 };
 
 }  // namespace cuda_agent::model

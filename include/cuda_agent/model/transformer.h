@@ -56,6 +56,12 @@ class Transformer {
   at::Tensor Forward(const at::Tensor& ids, const at::Tensor& positions, KvCache* cache = nullptr,
                      const at::Tensor& slots = {}, at::Tensor* values = nullptr) const;
 
+  // One new token for each of the cache's first B slots (row b is slot b):
+  // ids, positions [B, 1]; keys at positions < span are visible, and
+  // span > every position. Returns logits [B, V]. No host synchronisation and
+  // fixed shapes for fixed (B, span), so a CUDA graph can capture it.
+  at::Tensor Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const;
+
   // Hugging Face name -> parameter; the value head as value_head.weight/bias.
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const;
   const ModelConfig& config() const;
@@ -69,6 +75,8 @@ class Transformer {
 
  private:
   Transformer();
+  template <typename Attend>
+  at::Tensor Run(const at::Tensor& ids, const at::Tensor& positions, at::Tensor* values, Attend&& attend) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

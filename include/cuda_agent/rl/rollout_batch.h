@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <vector>
@@ -24,6 +25,8 @@ struct RolloutBatch {
   int64_t size() const { return tokens.defined() ? tokens.size(0) : 0; }
   // Rows [begin, begin + n), sharing storage.
   RolloutBatch Slice(int64_t begin, int64_t n) const;
+  // Every tensor on `device`.
+  RolloutBatch To(c10::Device device) const;
   // Rows where `keep` (B,) bool is true.
   RolloutBatch Select(const at::Tensor& keep) const;
   // DAPO's overlong filtering: rows where `rows` (B,) bool is true (truncated
