@@ -41,12 +41,15 @@ for step in "$@"; do
       python3 scripts/bench/generate.py --build $build --device cuda --out "$out/generate.json" > "$out/generate.log" 2>&1
       ;;
     learner)
-      args=(--shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batch 4 --seq 4096 --steps 5)
-      $build/learner_bench "${args[@]}" --json "$out/learner.json" > "$out/learner.log" 2>&1
-      if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-        python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/learner_bench "${args[@]}" \
-          --json "$out/learner_2gpu.json" >> "$out/learner.log" 2>&1
-      fi
+      : > "$out/learner.log"
+      for mb in 1 4; do
+        args=(--shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batch 4 --micro-batch $mb --seq 4096 --steps 5)
+        $build/learner_bench "${args[@]}" --json "$out/learner_mb$mb.json" >> "$out/learner.log" 2>&1
+        if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+          python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/learner_bench "${args[@]}" \
+            --json "$out/learner_2gpu_mb$mb.json" >> "$out/learner.log" 2>&1
+        fi
+      done
       ;;
     *)
       echo "unknown step $step" >&2
