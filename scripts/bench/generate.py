@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=512)
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8)
+    ap.add_argument("--without-graphs", action="store_true", help="also time cuda-agent without CUDA graphs")
     ap.add_argument("--out")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -80,7 +81,7 @@ def main():
     subprocess.run(cmd, check=True)
     ours = {r["batch"]: r for r in json.load(open(ours_json))}
     eager = {}
-    if args.device.startswith("cuda"):  # the same without CUDA graphs: what they are worth
+    if args.without_graphs:  # the same without CUDA graphs: what they are worth
         subprocess.run(cmd + ["--cuda-graphs", "0"], check=True)
         eager = {r["batch"]: r for r in json.load(open(ours_json))}
     c = model.config

@@ -45,16 +45,16 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the result here");
   CLI11_PARSE(app, argc, argv);
 
-  nlohmann::json cfg = shape == "tiny"
-                           ? nlohmann::json{{"model_type", "qwen2"}, {"vocab_size", 4096}, {"hidden_size", 128},
-                                            {"intermediate_size", 256}, {"num_hidden_layers", 4},
-                                            {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                                            {"max_position_embeddings", 8192}, {"tie_word_embeddings", true}}
-                           : nlohmann::json{{"model_type", "qwen2"}, {"vocab_size", 151936}, {"hidden_size", 896},
-                                            {"intermediate_size", 4864}, {"num_hidden_layers", 24},
-                                            {"num_attention_heads", 14}, {"num_key_value_heads", 2},
-                                            {"max_position_embeddings", 32768}, {"rope_theta", 1000000.0},
-                                            {"tie_word_embeddings", true}};
+  nlohmann::json cfg = shape == "tiny" ? nlohmann::json{{"model_type", "qwen2"},      {"vocab_size", 4096},
+                                                        {"hidden_size", 128},         {"intermediate_size", 256},
+                                                        {"num_hidden_layers", 4},     {"num_attention_heads", 4},
+                                                        {"num_key_value_heads", 2},   {"max_position_embeddings", 8192},
+                                                        {"tie_word_embeddings", true}}
+                                       : nlohmann::json{{"model_type", "qwen2"},    {"vocab_size", 151936},
+                                                        {"hidden_size", 896},       {"intermediate_size", 4864},
+                                                        {"num_hidden_layers", 24},  {"num_attention_heads", 14},
+                                                        {"num_key_value_heads", 2}, {"max_position_embeddings", 32768},
+                                                        {"rope_theta", 1000000.0},  {"tie_word_embeddings", true}};
   auto comm = rl::Communicator::FromEnvironment(device == "cuda" ? "nccl" : "gloo");
   if (!comm.ok()) return std::cerr << comm.status().ToString() << "\n", 1;
   const int world = (*comm)->world_size(), rank = (*comm)->rank();
@@ -97,12 +97,19 @@ int main(int argc, char** argv) {
   double flops_per_token = 6.0 * static_cast<double>(config.ParameterCount()) +
                            12.0 * static_cast<double>(config.num_layers * config.hidden_size * seq);
   double mfu = tokens_per_s / world * flops_per_token / (peak_tflops * 1e12);  // per GPU
-  nlohmann::json row = {{"shape", shape},         {"device", device},
-                        {"dtype", dtype},         {"batch", batch}, {"micro_batch", micro_batch},
-                        {"seq", seq},             {"seconds_per_update", seconds},
-                        {"tokens_per_s", tokens_per_s}, {"parameters", config.ParameterCount()},
-                        {"mfu", mfu},             {"peak_tflops", peak_tflops},
-                        {"world_size", world},    {"tokens_per_s_per_rank", tokens_per_s / world}};
+  nlohmann::json row = {{"shape", shape},
+                        {"device", device},
+                        {"dtype", dtype},
+                        {"batch", batch},
+                        {"micro_batch", micro_batch},
+                        {"seq", seq},
+                        {"seconds_per_update", seconds},
+                        {"tokens_per_s", tokens_per_s},
+                        {"parameters", config.ParameterCount()},
+                        {"mfu", mfu},
+                        {"peak_tflops", peak_tflops},
+                        {"world_size", world},
+                        {"tokens_per_s_per_rank", tokens_per_s / world}};
   if (rank != 0) return 0;
   std::cout << row.dump() << std::endl;
   if (!json_path.empty()) std::ofstream(json_path) << row.dump(1) << "\n";

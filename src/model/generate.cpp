@@ -74,7 +74,8 @@ Generator::Generator(const Transformer& model, std::shared_ptr<const tokenizer::
     auto on = at::TensorOptions().device(lo.device);
     // Row 0: token ids, row 1: positions; filled from pinned host memory by one copy a step.
     decode_inputs_ = at::zeros({2, options.max_batch}, on.dtype(at::kLong));
-    decode_host_ = at::zeros({2, options.max_batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(lo.device.is_cuda()));
+    decode_host_ =
+        at::zeros({2, options.max_batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(lo.device.is_cuda()));
     decode_logits_ = at::empty({options.max_batch, model.config().vocab_size}, on.dtype(lo.dtype));
     graphs_ = std::make_unique<Graphs>();
   }
@@ -126,8 +127,8 @@ void Generator::Admit(std::vector<GenerationResult>* finished) {
       if (!s->running && (best == nullptr || score(*s) > score(*best))) best = s.get();
     if (best == nullptr) break;
     Slot& slot = *best;
-    int64_t slot_index = std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) { return s.get() == best; }) -
-                         slots_.begin();
+    int64_t slot_index =
+        std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) { return s.get() == best; }) - slots_.begin();
     slot.running = true;
     slot.id = id;
     slot.request = std::move(request);
@@ -177,8 +178,8 @@ void Generator::Admit(std::vector<GenerationResult>* finished) {
     auto on = [&](const std::vector<int64_t>& v, std::vector<int64_t> shape) {
       return at::tensor(v, at::kLong).view(shape).to(device);
     };
-    at::Tensor logits = model_.Forward(on(ids, {rows, longest}), on(positions, {rows, longest}), &cache_,
-                                       on(slots, {rows}));
+    at::Tensor logits =
+        model_.Forward(on(ids, {rows, longest}), on(positions, {rows, longest}), &cache_, on(slots, {rows}));
     at::Tensor index = on(last, {rows, 1, 1}).expand({rows, 1, logits.size(2)});
     SampleAndAppend(logits.gather(1, index).squeeze(1), slots, finished);
     begin = end;

@@ -64,7 +64,8 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& where) 
     c.attention_bias = j.value("attention_bias", false);
     c.qk_norm = true;
   }
-  if (j.value("use_sliding_window", false)) return fail("use_sliding_window", "sliding-window attention is not supported");
+  if (j.value("use_sliding_window", false))
+    return fail("use_sliding_window", "sliding-window attention is not supported");
   // transformers >= 5 writes rope_theta and the scaling into one
   // rope_parameters object (or one per layer type); older versions write
   // rope_theta and rope_scaling at the top level.

@@ -108,8 +108,8 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 at::Tensor InverseFrequencies(const ModelConfig& c, c10::Device device) {
   auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   at::Tensor inv = 1.0 / at::pow(c.rope_theta, at::arange(0, c.head_dim, 2, at::TensorOptions().dtype(at::kLong))
-                                                       .to(at::kFloat)
-                                                       .div(static_cast<double>(c.head_dim)));
+                                                   .to(at::kFloat)
+                                                   .div(static_cast<double>(c.head_dim)));
   const RopeScaling& rs = c.rope_scaling;
   if (rs.type == "linear") inv = inv / rs.factor;
   if (rs.type == "llama3") {
@@ -162,8 +162,7 @@ struct Transformer::Impl {
 Transformer::Transformer() : impl_(std::make_unique<Impl>()) {}
 Transformer::~Transformer() = default;
 
-std::unique_ptr<Transformer> Transformer::Random(const ModelConfig& config, const LoadOptions& options,
-                                                 uint64_t seed) {
+std::unique_ptr<Transformer> Transformer::Random(const ModelConfig& config, const LoadOptions& options, uint64_t seed) {
   std::unique_ptr<Transformer> t(new Transformer());
   t->impl_->config = config;
   t->impl_->options = options;
@@ -204,8 +203,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const fs::path& dir, co
     unknown.push_back(name);
   }
   if (!unknown.empty())
-    return InvalidArgument(dir.string() + ": tensors the " + config.model_type + " architecture does not use: " +
-                           unknown.front() + (unknown.size() > 1 ? " and " + std::to_string(unknown.size() - 1) + " more" : ""));
+    return InvalidArgument(dir.string() + ": tensors the " + config.model_type +
+                           " architecture does not use: " + unknown.front() +
+                           (unknown.size() > 1 ? " and " + std::to_string(unknown.size() - 1) + " more" : ""));
   if (options.value_head) {
     if (reader->Has("value_head.weight")) {
       for (const char* name : {"value_head.weight", "value_head.bias"}) {
@@ -216,8 +216,8 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const fs::path& dir, co
       }
     } else {  // a new head on a pretrained trunk
       auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
-      t->impl_->params.emplace_back("value_head.weight",
-                                    at::normal(0.0, 0.02, {1, config.hidden_size}, gen).to(options.device, options.dtype));
+      t->impl_->params.emplace_back(
+          "value_head.weight", at::normal(0.0, 0.02, {1, config.hidden_size}, gen).to(options.device, options.dtype));
       t->impl_->params.emplace_back("value_head.bias", at::zeros({1}).to(options.device, options.dtype));
     }
   }
@@ -238,7 +238,7 @@ at::Tensor Transformer::Run(const at::Tensor& ids, const at::Tensor& positions, 
   at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids);
   // Rotary tables for these positions, computed in fp32 as transformers does.
   at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * m.inv_freq;  // [B, T, hd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(2);              // [B, T, 1, hd]
+  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(2);               // [B, T, 1, hd]
   at::Tensor cos = emb.cos().to(h.scalar_type()), sin = emb.sin().to(h.scalar_type());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string p = "model.layers." + std::to_string(i) + ".";
@@ -276,8 +276,8 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   if (cache == nullptr) {
     return Run(ids, positions, values, [&](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-      return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
-                                              true, scale, true)
+      return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0, true,
+                                              scale, true)
           .transpose(1, 2)
           .reshape({B, T, c.num_heads * c.head_dim});
     });
@@ -300,8 +300,7 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
   });
 }
 
-at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
-                               int64_t span) const {
+at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const {
   const ModelConfig& c = impl_->config;
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -311,17 +310,17 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
   at::Tensor visible = at::arange(span, pos.options()).view({1, 1, 1, span}) <= pos.view({B, 1, 1, 1});
   at::Tensor mask = at::zeros({B, 1, 1, span}, pos.options().dtype(impl_->options.dtype))
                         .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
-  at::Tensor logits = Run(ids, positions, nullptr, [&](int64_t i, const at::Tensor& q, const at::Tensor& k,
-                                                          const at::Tensor& v) {
-    cache.k[i].view({-1, kv, hd}).index_copy_(0, flat, k.view({B, kv, hd}));
-    cache.v[i].view({-1, kv, hd}).index_copy_(0, flat, v.view({B, kv, hd}));
-    // One query position per row: the `group` query heads that share a key
-    // head become `group` queries against it, so no key or value is repeated.
-    at::Tensor kk = cache.k[i].narrow(0, 0, B).narrow(1, 0, span).transpose(1, 2);  // [B, kv, span, hd]
-    at::Tensor vv = cache.v[i].narrow(0, 0, B).narrow(1, 0, span).transpose(1, 2);
-    return at::scaled_dot_product_attention(q.reshape({B, kv, group, hd}), kk, vv, mask, 0.0, false, scale)
-        .reshape({B, 1, c.num_heads * hd});
-  });
+  at::Tensor logits =
+      Run(ids, positions, nullptr, [&](int64_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        cache.k[i].view({-1, kv, hd}).index_copy_(0, flat, k.view({B, kv, hd}));
+        cache.v[i].view({-1, kv, hd}).index_copy_(0, flat, v.view({B, kv, hd}));
+        // One query position per row: the `group` query heads that share a key
+        // head become `group` queries against it, so no key or value is repeated.
+        at::Tensor kk = cache.k[i].narrow(0, 0, B).narrow(1, 0, span).transpose(1, 2);  // [B, kv, span, hd]
+        at::Tensor vv = cache.v[i].narrow(0, 0, B).narrow(1, 0, span).transpose(1, 2);
+        return at::scaled_dot_product_attention(q.reshape({B, kv, group, hd}), kk, vv, mask, 0.0, false, scale)
+            .reshape({B, 1, c.num_heads * hd});
+      });
   return logits.select(1, 0);
 }
 

@@ -118,7 +118,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const std:
   if (world.empty()) world = env("SLURM_NTASKS");
   if (world.empty() || world == "1") return Single();
   std::string addr = env("MASTER_ADDR"), port = env("MASTER_PORT");
-  if (addr.empty() || port.empty()) return InvalidArgument("WORLD_SIZE=" + world + " but MASTER_ADDR or MASTER_PORT is unset");
+  if (addr.empty() || port.empty())
+    return InvalidArgument("WORLD_SIZE=" + world + " but MASTER_ADDR or MASTER_PORT is unset");
   try {
 #ifdef CUDA_AGENT_WITH_NCCL
     if (backend == "nccl") {  // one GPU per rank on each node
@@ -126,7 +127,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const std:
       if (local.empty()) local = env("SLURM_LOCALID");
       int count = c10::cuda::device_count();
       if (count == 0) return FailedPrecondition("backend nccl, but no GPU is visible");
-      c10::cuda::set_device(static_cast<c10::DeviceIndex>((local.empty() ? std::stoi(rank) : std::stoi(local)) % count));
+      c10::cuda::set_device(
+          static_cast<c10::DeviceIndex>((local.empty() ? std::stoi(rank) : std::stoi(local)) % count));
     }
 #endif
     return Connect(addr, std::stoi(port), std::stoi(rank), std::stoi(world), backend);

@@ -28,11 +28,17 @@ void Accumulate(UpdateMetrics* m, const std::string& key, double value, double w
   (*m)[key + ".weight"] += weight;
 }
 
-// logprob of tokens[:, t] under logits[:, t - 1]; 0 at t = 0. (B, T) float32.
-at::Tensor ShiftedLogprobs(const at::Tensor& logits, const at::Tensor& tokens) {
-  const int64_t T = tokens.size(1);
-  at::Tensor lp = TokenLogprobs(logits.narrow(1, 0, T - 1), tokens.narrow(1, 1, T - 1));
-  return at::cat({at::zeros_like(lp.narrow(1, 0, 1)), lp}, 1);
+// (B, T - 1, ...) -> (B, T, ...) with zeros at t = 0.
+at::Tensor PrependZero(const at::Tensor& x) { return at::cat({at::zeros_like(x.narrow(1, 0, 1)), x}, 1); }
+
+// The distributions tokens[:, t] were drawn from, t >= 1: (B, T - 1, V) float32.
+at::Tensor NextTokenLogprobs(const at::Tensor& logits) {
+  return VocabLogprobs(logits.narrow(1, 0, logits.size(1) - 1));
+}
+
+// logprob of tokens[:, t] under next[:, t - 1]; 0 at t = 0. (B, T) float32.
+at::Tensor ShiftedLogprobs(const at::Tensor& next, const at::Tensor& tokens) {
+  return PrependZero(next.gather(-1, tokens.narrow(1, 1, tokens.size(1) - 1).unsqueeze(-1)).squeeze(-1));
 }
 
 // Turns the .sum/.weight pairs into weighted means.
@@ -52,7 +58,6 @@ UpdateMetrics Finish(UpdateMetrics m) {
 
 }  // namespace
 
-
 Learner::Learner(model::Transformer& policy, model::Transformer* critic, const model::Transformer* reference,
                  const LearnerConfig& config, Communicator* comm)
     : policy_(policy), critic_(critic), reference_(reference), config_(config), comm_(comm) {
@@ -71,7 +76,7 @@ Learner::Learner(model::Transformer& policy, model::Transformer* critic, const m
 }
 
 at::Tensor Learner::SequenceLogprobs(const model::Transformer& model, const at::Tensor& tokens) {
-  return ShiftedLogprobs(model.Forward(tokens, Positions(tokens)), tokens);
+  return ShiftedLogprobs(NextTokenLogprobs(model.Forward(tokens, Positions(tokens))), tokens);
 }
 
 at::Tensor Learner::SequenceValues(const model::Transformer& model, const at::Tensor& tokens) {
@@ -83,8 +88,7 @@ at::Tensor Learner::SequenceValues(const model::Transformer& model, const at::Te
 LossScale Learner::GlobalScale(const at::Tensor& mask) {
   LossScale local = ScaleOf(mask);
   // On the model's device: NCCL reduces only GPU tensors.
-  std::vector<at::Tensor> counts{
-      at::tensor({local.tokens, local.sequences}, at::kDouble).to(policy_.options().device)};
+  std::vector<at::Tensor> counts{at::tensor({local.tokens, local.sequences}, at::kDouble).to(policy_.options().device)};
   comm_->AllReduceSum(counts);
   return {counts[0][0].item<double>(), counts[0][1].item<double>()};
 }
@@ -131,17 +135,18 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
           if (critic_grads_) critic_grads_->Arm();
         }
         at::Tensor mask = micro.action_mask.to(at::kBool);
-        at::Tensor logits = policy_.Forward(micro.tokens, Positions(micro.tokens));
-        at::Tensor logp = ShiftedLogprobs(logits, micro.tokens);
+        // One log-softmax over the vocabulary serves the logprobs and the entropy.
+        at::Tensor next = NextTokenLogprobs(policy_.Forward(micro.tokens, Positions(micro.tokens)));
+        at::Tensor logp = ShiftedLogprobs(next, micro.tokens);
         at::Tensor loss = PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale);
         at::Tensor entropy, kl;
-        {
-          c10::NoGradGuard no_grad;
-          entropy = ShiftRight(TokenEntropy(logits.detach()));
-        }
         if (config_.entropy_coef > 0) {
-          at::Tensor ent = ShiftRight(TokenEntropy(logits));
-          loss = loss - config_.entropy_coef * Aggregate(ent, mask, config_.policy.aggregation, scale);
+          entropy = PrependZero(Entropy(next));
+          loss = loss - config_.entropy_coef * Aggregate(entropy, mask, config_.policy.aggregation, scale);
+          entropy = entropy.detach();
+        } else {
+          c10::NoGradGuard no_grad;
+          entropy = PrependZero(Entropy(next.detach()));
         }
         if (config_.kl_coef > 0 && reference_ != nullptr) {
           at::Tensor ref;
@@ -152,7 +157,7 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
           kl = KlPenalty(logp, ref, config_.kl_estimator);
           loss = loss + config_.kl_coef * Aggregate(kl, mask, config_.policy.aggregation, scale);
         }
-        logits.reset();
+        next.reset();
         loss.backward();
         at::Tensor values, vloss;
         if (critic_ != nullptr) {
@@ -182,8 +187,8 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
         if (first && tokens > 0) {  // the trainer's logprobs against the sampler's, before any update
           at::Tensor gap = (logp - micro.old_logprobs.to(at::kFloat)).abs().masked_select(mask);
           Accumulate(&m, "logprob_gap_mean", gap.mean().item<double>(), tokens);
-          m["logprob_gap_max"] = std::max(m.values.count("logprob_gap_max") ? m["logprob_gap_max"] : 0.0,
-                                          gap.max().item<double>());
+          m["logprob_gap_max"] =
+              std::max(m.values.count("logprob_gap_max") ? m["logprob_gap_max"] : 0.0, gap.max().item<double>());
         }
         if (critic_ != nullptr) {
           double clip_fraction = 0;
@@ -228,9 +233,8 @@ UpdateMetrics Learner::Supervised(const RolloutBatch& batch, GradientBuckets& gr
 }
 
 UpdateMetrics Learner::FineTune(const RolloutBatch& batch) {
-  return Finish(Supervised(batch, *actor_grads_, *actor_opt_, "sft_loss", [&](const RolloutBatch& micro) {
-    return -SequenceLogprobs(policy_, micro.tokens);
-  }));
+  return Finish(Supervised(batch, *actor_grads_, *actor_opt_, "sft_loss",
+                           [&](const RolloutBatch& micro) { return -SequenceLogprobs(policy_, micro.tokens); }));
 }
 
 UpdateMetrics Learner::PretrainCritic(RolloutBatch& batch) {

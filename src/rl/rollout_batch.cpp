@@ -10,21 +10,21 @@ namespace cuda_agent::rl {
 
 RolloutBatch RolloutBatch::Slice(int64_t begin, int64_t n) const {
   auto cut = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
-  return {cut(tokens), cut(action_mask), cut(old_logprobs), cut(rewards), cut(scores),
-          cut(groups), cut(advantages), cut(returns), cut(old_values)};
+  return {cut(tokens), cut(action_mask), cut(old_logprobs), cut(rewards),   cut(scores),
+          cut(groups), cut(advantages),  cut(returns),      cut(old_values)};
 }
 
 RolloutBatch RolloutBatch::To(c10::Device device) const {
   auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
-  return {move(tokens), move(action_mask), move(old_logprobs), move(rewards), move(scores),
-          move(groups), move(advantages), move(returns), move(old_values)};
+  return {move(tokens), move(action_mask), move(old_logprobs), move(rewards),   move(scores),
+          move(groups), move(advantages),  move(returns),      move(old_values)};
 }
 
 RolloutBatch RolloutBatch::Select(const at::Tensor& keep) const {
   at::Tensor idx = keep.to(at::kBool).nonzero().squeeze(1).to(tokens.device());
   auto pick = [&](const at::Tensor& t) { return t.defined() ? t.index_select(0, idx.to(t.device())) : t; };
-  return {pick(tokens), pick(action_mask), pick(old_logprobs), pick(rewards), pick(scores),
-          pick(groups), pick(advantages), pick(returns), pick(old_values)};
+  return {pick(tokens), pick(action_mask), pick(old_logprobs), pick(rewards),   pick(scores),
+          pick(groups), pick(advantages),  pick(returns),      pick(old_values)};
 }
 
 void RolloutBatch::DropLoss(const at::Tensor& rows) {
@@ -34,9 +34,7 @@ void RolloutBatch::DropLoss(const at::Tensor& rows) {
 RolloutBatch RolloutBatch::Concat(const std::vector<RolloutBatch>& parts) {
   int64_t T = 0;
   for (const auto& p : parts) T = std::max(T, p.tokens.size(1));
-  auto pad = [&](const at::Tensor& t) {
-    return t.size(1) == T ? t : at::constant_pad_nd(t, {0, T - t.size(1)}, 0);
-  };
+  auto pad = [&](const at::Tensor& t) { return t.size(1) == T ? t : at::constant_pad_nd(t, {0, T - t.size(1)}, 0); };
   std::vector<at::Tensor> tokens, mask, old, rewards, scores, groups;
   int64_t next_group = 0;
   for (const auto& p : parts) {

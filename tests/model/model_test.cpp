@@ -82,8 +82,8 @@ TEST_P(ParityTest, GreedyDecodingWithTheKvCacheIsTokenIdentical) {
     for (size_t t = 0; t < expected[i].size(); ++t) {
       int64_t next = logits[0][-1].argmax().item<int64_t>();
       out.push_back(next);
-      logits = model->Forward(Ids({next}), at::tensor({n + static_cast<int64_t>(t)}, at::kLong).view({1, 1}), &cache,
-                              slot);
+      logits =
+          model->Forward(Ids({next}), at::tensor({n + static_cast<int64_t>(t)}, at::kLong).view({1, 1}), &cache, slot);
     }
     EXPECT_EQ(out, expected[i]) << GetParam() << " prompt " << i;
   }
@@ -94,7 +94,8 @@ TEST_P(ParityTest, SavedModelsLoadInTransformersWithTheSameLogits) {
   fs::path out = fs::temp_directory_path() / ("exported-" + GetParam() + "-" + std::to_string(::getpid()));
   ASSERT_TRUE(model->Save(out).ok());
   fs::path logits = out / "logits.safetensors";
-  std::string cmd = "python3 " + ModelFixtureScript().string() + " --logits " + out.string() + " " + logits.string() + " 2>/dev/null";
+  std::string cmd =
+      "python3 " + ModelFixtureScript().string() + " --logits " + out.string() + " " + logits.string() + " 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "transformers could not load the export";
   for (int i = 0; i < 3; ++i) {
     std::string name = "logits_" + std::to_string(i);
@@ -155,8 +156,7 @@ TEST(ModelLoadTest, BadCheckpointsNameTheFileAndTensor) {
   fs::remove(d / "model-00002-of-00004.safetensors");
   r = Transformer::Load(d, {});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("model-00002-of-00004.safetensors"), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("model-00002-of-00004.safetensors"), std::string::npos) << r.status().message();
   for (const char* tag : {"missing", "corrupt", "shape", "arch", "shard"})
     fs::remove_all(fs::temp_directory_path() / (std::string("broken-") + tag + "-" + std::to_string(::getpid())));
 }

@@ -15,8 +15,9 @@
 namespace cuda_agent::rl::testing_fixture {
 
 inline model::ModelConfig Config() {
-  nlohmann::json j = {{"model_type", "qwen2"}, {"vocab_size", 32}, {"hidden_size", 32},
-                      {"intermediate_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+  nlohmann::json j = {{"model_type", "qwen2"},    {"vocab_size", 32},
+                      {"hidden_size", 32},        {"intermediate_size", 64},
+                      {"num_hidden_layers", 2},   {"num_attention_heads", 4},
                       {"num_key_value_heads", 2}, {"max_position_embeddings", 32}};
   return model::ParseModelConfig(j, "tiny").value();
 }

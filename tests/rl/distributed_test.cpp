@@ -40,7 +40,8 @@ TEST(DistributedTest, TwoGlooRanksMatchOneRankOnTheWholeBatch) {
   }
   // Sharded: each rank owns (and keeps state for) a part of the parameters.
   int owned0 = 0;
-  for (size_t i = 0; i < single.policy->parameters().size(); ++i) owned0 += ranks[0]->learner->actor_optimizer().Owner(i) == 0;
+  for (size_t i = 0; i < single.policy->parameters().size(); ++i)
+    owned0 += ranks[0]->learner->actor_optimizer().Owner(i) == 0;
   EXPECT_GT(owned0, 0);
   EXPECT_LT(owned0, static_cast<int>(single.policy->parameters().size()));
 }

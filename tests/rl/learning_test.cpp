@@ -17,8 +17,8 @@ namespace {
 constexpr int32_t kBos = 0, kSep = 1, kDigits = 6, kLength = 3;
 
 model::ModelConfig TinyConfig(bool value_head) {
-  nlohmann::json j = {{"model_type", "llama"}, {"vocab_size", 2 + kDigits}, {"hidden_size", 64},
-                      {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+  nlohmann::json j = {{"model_type", "llama"},    {"vocab_size", 2 + kDigits},     {"hidden_size", 64},
+                      {"intermediate_size", 128}, {"num_hidden_layers", 2},        {"num_attention_heads", 4},
                       {"num_key_value_heads", 2}, {"max_position_embeddings", 32}, {"rope_theta", 10000.0}};
   return model::ParseModelConfig(j, "tiny").value();
 }
@@ -70,7 +70,8 @@ std::pair<int, double> Train(AdvantageEstimator estimator, bool dynamic_sampling
   at::manual_seed(0);
   auto policy = model::Transformer::Random(TinyConfig(false), {}, 1);
   std::unique_ptr<model::Transformer> critic;
-  if (estimator == AdvantageEstimator::kGae) critic = model::Transformer::Random(TinyConfig(true), {at::kFloat, at::kCPU, true}, 2);
+  if (estimator == AdvantageEstimator::kGae)
+    critic = model::Transformer::Random(TinyConfig(true), {at::kFloat, at::kCPU, true}, 2);
   LearnerConfig config;
   config.estimator = estimator;
   config.micro_batch_size = 64;
@@ -85,8 +86,9 @@ std::pair<int, double> Train(AdvantageEstimator estimator, bool dynamic_sampling
   double first_eval = -1;
   for (int step = 0; step < max_steps; ++step) {
     const char* seed = std::getenv("LEARNING_TEST_SEED");  // other sampling streams, to check robustness
-    model::Generator gen(*policy, nullptr,
-                         {prompts_per_step * group, 16, static_cast<uint64_t>(step + (seed ? 1000 * std::atoi(seed) : 0))});
+    model::Generator gen(
+        *policy, nullptr,
+        {prompts_per_step * group, 16, static_cast<uint64_t>(step + (seed ? 1000 * std::atoi(seed) : 0))});
     if (step % 10 == 0) {  // greedy evaluation on fresh prompts
       std::mt19937 eval_rng(7);
       std::vector<std::vector<int32_t>> eval_prompts;

@@ -31,7 +31,7 @@ struct SamplingParams {
   double top_p = 1.0;
   int64_t top_k = 0;  // 0: no limit
   int64_t max_new_tokens = 256;
-  std::vector<int32_t> stop_token_ids;   // kept as the last token
+  std::vector<int32_t> stop_token_ids;    // kept as the last token
   std::vector<std::string> stop_strings;  // kept in the text
 };
 
@@ -50,7 +50,7 @@ struct GenerationResult {
 };
 
 struct GeneratorOptions {
-  int64_t max_batch = 16;     // KV-cache slots
+  int64_t max_batch = 16;      // KV-cache slots
   int64_t max_seq_len = 4096;  // prompt + generated tokens per sequence
   uint64_t seed = 0;
   int64_t prefill_chunk_tokens = 16384;  // new prompts prefilled together, rows x longest
@@ -112,7 +112,7 @@ class Generator {
   uint64_t clock_ = 0;  // for least-recently-used slot choice
   at::Generator rng_;
   GeneratorStats stats_;
-  bool slot_decode_ = false;  // decode runs over leading slots (CUDA graphs)
+  bool slot_decode_ = false;                  // decode runs over leading slots (CUDA graphs)
   at::Tensor decode_inputs_, decode_logits_;  // the graphs' fixed inputs (ids; positions) and output
   at::Tensor decode_host_;                    // pinned staging for decode_inputs_
   struct Graphs;

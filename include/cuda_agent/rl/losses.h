@@ -22,8 +22,7 @@ struct LossScale {
 LossScale ScaleOf(const at::Tensor& mask);
 
 // Scalar: per_token (B, T) aggregated over the mask with the global scale.
-at::Tensor Aggregate(const at::Tensor& per_token, const at::Tensor& mask, LossAggregation mode,
-                     const LossScale& scale);
+at::Tensor Aggregate(const at::Tensor& per_token, const at::Tensor& mask, LossAggregation mode, const LossScale& scale);
 
 struct PolicyLossConfig {
   double clip_low = 0.2;    // ratio floor 1 - clip_low
@@ -53,9 +52,13 @@ at::Tensor ValueLoss(const at::Tensor& values, const at::Tensor& old_values, con
                      const at::Tensor& mask, double clip_eps, LossAggregation mode, const LossScale& scale,
                      double* clip_fraction = nullptr);
 
+// log p of every vocabulary entry: logits (B, T, V) of any dtype -> (B, T, V) float32.
+at::Tensor VocabLogprobs(const at::Tensor& logits);
 // log p(token) under logits: logits (B, T, V), tokens (B, T) int64 -> (B, T) float32.
 at::Tensor TokenLogprobs(const at::Tensor& logits, const at::Tensor& tokens);
-// Entropy of each position's distribution: (B, T, V) -> (B, T) float32.
+// Entropy of each position's distribution from VocabLogprobs: (B, T, V) -> (B, T).
+at::Tensor Entropy(const at::Tensor& vocab_logprobs);
+// The same from logits: (B, T, V) -> (B, T) float32.
 at::Tensor TokenEntropy(const at::Tensor& logits);
 
 enum class KlEstimator {
