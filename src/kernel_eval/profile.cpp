@@ -13,7 +13,6 @@ using nlohmann::json;
 
 StatusOr<bool> Evaluation::Profile() {
   const auto& cfg = judge_.config_;
-  std::lock_guard<std::mutex> timing_lock(judge_.timing_mu_);
   auto start = Clock::now();
   int64_t timing_seed = static_cast<int64_t>(rng_() % 1000000000ULL) + 1;
   int64_t post_seed = static_cast<int64_t>(rng_() % 1000000000ULL) + 1;
@@ -43,11 +42,6 @@ StatusOr<bool> Evaluation::Profile() {
     stats->wall_ms = Seconds(t0) * 1e3;
     return m;
   };
-  auto eager = time_impl(*reference_, "eager", &verdict_.eager);
-  if (!eager.ok() || eager->value("event", "") == "error") return ref_fail(eager);
-  double eager_sum = 0;
-  for (double t : (*eager)["times_ms"]) eager_sum += t;
-
   Hasher key;
   key.Add(task_.hash)
       .Add(judge_.backend_)
@@ -59,7 +53,19 @@ StatusOr<bool> Evaluation::Profile() {
       .Add(std::to_string(cfg.warmup_trials))
       .Add(std::to_string(cfg.flush_cache));
   std::string cache_key = key.HexDigest().substr(0, 32);
-  auto hit = judge_.baselines_->Get(cache_key);
+  // torch.compile builds its kernels before this evaluation takes the GPU's
+  // timing slot: only timed calls need the device to themselves.
+  if (!judge_.baselines_->Get(cache_key)) {
+    auto prepared = Ask(*reference_, {{"cmd", "prepare"}, {"impl", "compile"}}, "prepared", deadline);
+    if (!prepared.ok() || prepared->value("event", "") == "error") return ref_fail(prepared);
+  }
+
+  std::lock_guard<std::mutex> timing_lock(judge_.timing_mu_);
+  auto eager = time_impl(*reference_, "eager", &verdict_.eager);
+  if (!eager.ok() || eager->value("event", "") == "error") return ref_fail(eager);
+  double eager_sum = 0;
+  for (double t : (*eager)["times_ms"]) eager_sum += t;
+  auto hit = judge_.baselines_->Get(cache_key);  // again: an evaluation of the same task may have filled it
   ++(hit ? judge_.baseline_hits_ : judge_.baseline_misses_);
   if (hit) {
     verdict_.compiled = TimingStats::FromSamples((*hit)["times_ms"].get<std::vector<double>>());

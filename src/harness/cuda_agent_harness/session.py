@@ -50,6 +50,8 @@ def error_message(exc):
 
 class CommandLoop:
     """Serves the judge's commands after the checks:
+      {"cmd": "prepare", "impl": NAME}   builds NAME's callable and calls it once (torch.compile
+                                         compiles here, before the judge holds the timing slot)
       {"cmd": "warmup", "impl": NAME, "timing_seed": S, "warmup": W, "trials": N, "pool": P}
       {"cmd": "time", "impl": NAME}
       {"cmd": "post", "post_seed": S}
@@ -79,7 +81,9 @@ class CommandLoop:
             if kind == "quit":
                 return 0
             try:
-                if kind == "warmup":
+                if kind == "prepare":
+                    self._prepare(cmd)
+                elif kind == "warmup":
                     self._warmup(cmd)
                 elif kind == "time":
                     self._time(cmd)
@@ -96,10 +100,19 @@ class CommandLoop:
             self.timing_seed = cmd["timing_seed"]
             self.trials = cmd["trials"]
             self.trial_inputs = TrialInputs(self.task, self.timing_seed, cmd["pool"], self.trials)
-        fn = self.impls[impl]()
-        self.fns[impl] = fn
+        if impl not in self.fns:  # prepared earlier, or built now
+            self.fns[impl] = self.impls[impl]()
+        fn = self.fns[impl]
         timing.warmup(fn, self.trial_inputs, cmd["warmup"], sync_fn(self.device))
         self.channel.send(event="warm", impl=impl)
+
+    def _prepare(self, cmd):
+        impl = cmd["impl"]
+        fn = self.impls[impl]()
+        fn(*self.task.inputs(self.spec["seed"] + 1))
+        sync_fn(self.device)()
+        self.fns[impl] = fn
+        self.channel.send(event="prepared", impl=impl)
 
     def _time(self, cmd):
         impl = cmd["impl"]
