@@ -305,34 +305,37 @@ std::vector<GenerationResult> Generator::Step() {
   auto on = [&](std::vector<int64_t>& v, std::vector<int64_t> shape) {
     return at::tensor(v, at::kLong).view(shape).to(device);
   };
-  at::Tensor logits;
-  if (slot_decode_) {
-    // Every slot up to the highest running one decodes; idle rows write at
-    // position max_seq_len - 1, which no sequence ever reads (prompts and
-    // generated tokens stop one short of it).
-    int64_t rows = 1;
-    while (rows < running.back() + 1) rows *= 2;
-    rows = std::min(rows, options_.max_batch);
-    int64_t* host = decode_host_.data_ptr<int64_t>();  // the last step's copy is done: its logits were read
-    const int64_t stride = options_.max_batch;
-    std::fill(host, host + rows, 0);
-    std::fill(host + stride, host + stride + rows, options_.max_seq_len - 1);
-    int64_t span = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      host[running[b]] = ids[b];
-      host[stride + running[b]] = positions[b];
-      span = std::max(span, positions[b] + 1);
-    }
-    span = std::min((span + 127) / 128 * 128, options_.max_seq_len);
-    decode_inputs_.narrow(1, 0, rows).copy_(decode_host_.narrow(1, 0, rows), /*non_blocking=*/true);
-    logits = DecodeSlots(rows, span);
-    if (B < rows) logits = logits.index_select(0, on(running, {B}));
-  } else {
-    logits = model_.Forward(on(ids, {B, 1}), on(positions, {B, 1}), &cache_, on(running, {B})).select(1, 0);
-  }
+  at::Tensor logits =
+      slot_decode_ ? DecodeRunning(running, ids, positions)
+                   : model_.Forward(on(ids, {B, 1}), on(positions, {B, 1}), &cache_, on(running, {B})).select(1, 0);
   ++stats_.decode_steps;
   SampleAndAppend(logits, running, &finished);
   return finished;
+}
+
+at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const std::vector<int64_t>& ids,
+                                    const std::vector<int64_t>& positions) {
+  // Every slot up to the highest running one decodes; idle rows write at
+  // position max_seq_len - 1, which no sequence ever reads (prompts and
+  // generated tokens stop one short of it).
+  int64_t rows = 1;
+  while (rows < running.back() + 1) rows *= 2;
+  rows = std::min(rows, options_.max_batch);
+  int64_t* host = decode_host_.data_ptr<int64_t>();  // the last step's copy is done: its logits were read
+  const int64_t stride = options_.max_batch;
+  std::fill(host, host + rows, 0);
+  std::fill(host + stride, host + stride + rows, options_.max_seq_len - 1);
+  int64_t span = 0;
+  for (size_t b = 0; b < running.size(); ++b) {
+    host[running[b]] = ids[b];
+    host[stride + running[b]] = positions[b];
+    span = std::max(span, positions[b] + 1);
+  }
+  span = std::min((span + 127) / 128 * 128, options_.max_seq_len);
+  decode_inputs_.narrow(1, 0, rows).copy_(decode_host_.narrow(1, 0, rows), /*non_blocking=*/true);
+  at::Tensor logits = DecodeSlots(rows, span);
+  if (static_cast<int64_t>(running.size()) == rows) return logits;
+  return logits.index_select(0, at::tensor(running, at::kLong).to(logits.device()));
 }
 
 at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {

@@ -98,6 +98,9 @@ class Generator {
   void SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
                        std::vector<GenerationResult>* finished);
   bool Finished(Slot& slot);
+  // Logits [B, V] of one decode step for the running slots, through DecodeSlots.
+  at::Tensor DecodeRunning(const std::vector<int64_t>& running, const std::vector<int64_t>& ids,
+                           const std::vector<int64_t>& positions);
   // Logits [rows, V] of one decode step over slots 0..rows-1, whose ids and
   // positions are in decode_inputs_: a graph replay on CUDA.
   at::Tensor DecodeSlots(int64_t rows, int64_t span);
