@@ -82,8 +82,10 @@ StatusOr<std::unique_ptr<Judge>> Judge::Create(const config::JudgeConfig& judge_
 }
 
 Status Judge::EnsurePch() {
-  std::lock_guard<std::mutex> lock(pch_mu_);
-  if (pch_ready_) return Status::Ok();
+  // While another evaluation builds the header, a compile goes ahead without
+  // it (build.py uses it only once it is complete) rather than wait.
+  std::unique_lock<std::mutex> lock(pch_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || pch_ready_) return Status::Ok();
   CA_RETURN_IF_ERROR(Evaluation::BuildPch(*this));
   pch_ready_ = true;
   return Status::Ok();

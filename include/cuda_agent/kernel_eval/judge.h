@@ -81,7 +81,8 @@ class Judge {
  private:
   friend class Evaluation;
   Judge() = default;
-  // Builds the precompiled torch header once per flags/torch/compiler.
+  // Builds the precompiled torch header once per flags/torch/compiler; returns
+  // at once while another thread builds it.
   Status EnsurePch();
 
   config::JudgeConfig config_;
