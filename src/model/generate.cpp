@@ -343,7 +343,14 @@ at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {
   at::Tensor positions = decode_inputs_[1].narrow(0, 0, rows).view({rows, 1});
   at::Tensor out = decode_logits_.narrow(0, 0, rows);
 #ifdef CUDA_AGENT_WITH_CUDA
-  if (!options_.cuda_graphs || !decode_inputs_.is_cuda()) return out.copy_(model_.Decode(ids, positions, cache_, span));
+  if (options_.cuda_graphs && decode_inputs_.is_cuda()) return ReplayDecode(rows, span, ids, positions, out);
+#endif
+  return out.copy_(model_.Decode(ids, positions, cache_, span));
+}
+
+#ifdef CUDA_AGENT_WITH_CUDA
+at::Tensor Generator::ReplayDecode(int64_t rows, int64_t span, const at::Tensor& ids, const at::Tensor& positions,
+                                   at::Tensor& out) {
   auto& graph = graphs_->by_shape[{rows, span}];
   if (!graph) {
     // Capture on a side stream after one eager run there (it loads the
@@ -365,10 +372,8 @@ at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {
   graph->replay();
   ++stats_.graph_replays;
   return out;
-#else
-  return out.copy_(model_.Decode(ids, positions, cache_, span));
-#endif
 }
+#endif
 
 std::vector<GenerationResult> Generator::Generate(const std::vector<GenerationRequest>& requests) {
   TORCH_CHECK(Idle(), "Generate() needs an idle generator: finish Submit()/Step() work first");

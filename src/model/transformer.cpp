@@ -225,8 +225,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const fs::path& dir, co
   return t;
 }
 
-// The layers, with attention left to `attend(layer, q, k, v)` ([B, T, heads,
-// head_dim] each, rotary applied) returning [B, T, heads * head_dim].
+// The layers, with attention left to `attend(layer, q, k, v)`: q, k, v are
+// [B, T, heads, head_dim] with rotary applied; it returns the attention output
+// as at::scaled_dot_product_attention lays it out, [B, heads, T, head_dim].
 template <typename Attend>
 at::Tensor Transformer::Run(const at::Tensor& ids, const at::Tensor& positions, at::Tensor* values,
                             Attend&& attend) const {
@@ -255,7 +256,7 @@ at::Tensor Transformer::Run(const at::Tensor& ids, const at::Tensor& positions, 
     }
     q = q * cos + RotateHalf(q) * sin;
     k = k * cos + RotateHalf(k) * sin;
-    at::Tensor attn = attend(i, q, k, v);
+    at::Tensor attn = attend(i, q, k, v).transpose(1, 2).reshape({B, T, c.num_heads * c.head_dim});
     h = h + at::linear(attn, m.P(p + "self_attn.o_proj.weight"), m.Opt(p + "self_attn.o_proj.bias"));
     x = RmsNorm(h, m.P(p + "post_attention_layernorm.weight"), eps);
     at::Tensor gate = at::linear(x, m.P(p + "mlp.gate_proj.weight"), m.Opt(p + "mlp.gate_proj.bias"));
@@ -277,9 +278,7 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
   if (cache == nullptr) {
     return Run(ids, positions, values, [&](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
       return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0, true,
-                                              scale, true)
-          .transpose(1, 2)
-          .reshape({B, T, c.num_heads * c.head_dim});
+                                              scale, true);
     });
   }
   const bool leading_slots = slots.equal(at::arange(B, slots.options()));  // the cache rows need no gather
@@ -294,9 +293,7 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
       return (leading_slots ? t.narrow(0, 0, B) : t.index_select(0, slots)).narrow(1, 0, span).transpose(1, 2);
     };
     return at::scaled_dot_product_attention(q.transpose(1, 2), rows(cache->k[i]), rows(cache->v[i]), mask, 0.0, false,
-                                            scale, true)
-        .transpose(1, 2)
-        .reshape({B, T, c.num_heads * c.head_dim});
+                                            scale, true);
   });
 }
 
@@ -319,7 +316,7 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
         at::Tensor kk = cache.k[i].narrow(0, 0, B).narrow(1, 0, span).transpose(1, 2);  // [B, kv, span, hd]
         at::Tensor vv = cache.v[i].narrow(0, 0, B).narrow(1, 0, span).transpose(1, 2);
         return at::scaled_dot_product_attention(q.reshape({B, kv, group, hd}), kk, vv, mask, 0.0, false, scale)
-            .reshape({B, 1, c.num_heads * hd});
+            .reshape({B, c.num_heads, 1, hd});
       });
   return logits.select(1, 0);
 }

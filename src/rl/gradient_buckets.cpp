@@ -8,20 +8,20 @@
 namespace cuda_agent::rl {
 
 GradientBuckets::GradientBuckets(const std::vector<at::Tensor>& params, Communicator* comm, double bucket_mb)
-    : params_(params), comm_(comm), bucket_of_(params.size()), seen_(params.size(), false) {
+    : params_(params), comm_(comm), bucket_of_(params.size()), slot_of_(params.size()), seen_(params.size(), false) {
   const int64_t limit = static_cast<int64_t>(bucket_mb * (1 << 20) / 4);  // fp32 elements
-  for (size_t k = params_.size(); k-- > 0;) {  // backward reaches the last layers first
+  for (size_t k = params_.size(); k-- > 0;) {                             // backward reaches the last layers first
     if (buckets_.empty() || buckets_.back().offsets.back() + params_[k].numel() > limit) {
       buckets_.emplace_back();
       buckets_.back().offsets.push_back(0);
     }
     Bucket& b = buckets_.back();
     bucket_of_[k] = buckets_.size() - 1;
+    slot_of_[k] = b.members.size();
     b.members.push_back(k);
     b.offsets.push_back(b.offsets.back() + params_[k].numel());
   }
-  for (auto& b : buckets_)
-    b.flat = at::zeros({b.offsets.back()}, params_[b.members[0]].options().dtype(at::kFloat));
+  for (auto& b : buckets_) b.flat = at::zeros({b.offsets.back()}, params_[b.members[0]].options().dtype(at::kFloat));
   for (size_t k = 0; k < params_.size(); ++k)
     hooks_.push_back(params_[k].register_hook([this, k](const at::Tensor& grad) {
       OnGradient(k, grad);
@@ -47,7 +47,7 @@ void GradientBuckets::OnGradient(size_t k, const at::Tensor& grad) {
   seen_[k] = true;
   c10::NoGradGuard no_grad;
   Bucket& b = buckets_[bucket_of_[k]];
-  size_t slot = std::find(b.members.begin(), b.members.end(), k) - b.members.begin();
+  size_t slot = slot_of_[k];
   at::Tensor total = params_[k].grad().defined() ? params_[k].grad() + grad : grad;  // earlier micro-batches too
   b.flat.narrow(0, b.offsets[slot], params_[k].numel()).copy_(total.reshape(-1));
   if (++b.ready == b.members.size()) b.wait = comm_->AllReduceSumAsync(b.flat);

@@ -18,18 +18,16 @@ at::Tensor Positions(const at::Tensor& tokens) {
   return at::arange(tokens.size(1), tokens.options()).expand({tokens.size(0), tokens.size(1)});
 }
 
+// (B, T - 1, ...) -> (B, T, ...) with zeros at t = 0.
+at::Tensor PrependZero(const at::Tensor& x) { return at::cat({at::zeros_like(x.narrow(1, 0, 1)), x}, 1); }
+
 // Shifts per-position quantities one step right: out[:, t] = in[:, t - 1], out[:, 0] = 0.
-at::Tensor ShiftRight(const at::Tensor& x) {
-  return at::cat({at::zeros_like(x.narrow(1, 0, 1)), x.narrow(1, 0, x.size(1) - 1)}, 1);
-}
+at::Tensor ShiftRight(const at::Tensor& x) { return PrependZero(x.narrow(1, 0, x.size(1) - 1)); }
 
 void Accumulate(UpdateMetrics* m, const std::string& key, double value, double weight) {
   (*m)[key + ".sum"] += value * weight;
   (*m)[key + ".weight"] += weight;
 }
-
-// (B, T - 1, ...) -> (B, T, ...) with zeros at t = 0.
-at::Tensor PrependZero(const at::Tensor& x) { return at::cat({at::zeros_like(x.narrow(1, 0, 1)), x}, 1); }
 
 // The distributions tokens[:, t] were drawn from, t >= 1: (B, T - 1, V) float32.
 at::Tensor NextTokenLogprobs(const at::Tensor& logits) {
@@ -139,15 +137,10 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
         at::Tensor next = NextTokenLogprobs(policy_.Forward(micro.tokens, Positions(micro.tokens)));
         at::Tensor logp = ShiftedLogprobs(next, micro.tokens);
         at::Tensor loss = PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale);
-        at::Tensor entropy, kl;
-        if (config_.entropy_coef > 0) {
-          entropy = PrependZero(Entropy(next));
+        at::Tensor entropy = PrependZero(Entropy(config_.entropy_coef > 0 ? next : next.detach())), kl;
+        if (config_.entropy_coef > 0)
           loss = loss - config_.entropy_coef * Aggregate(entropy, mask, config_.policy.aggregation, scale);
-          entropy = entropy.detach();
-        } else {
-          c10::NoGradGuard no_grad;
-          entropy = PrependZero(Entropy(next.detach()));
-        }
+        entropy = entropy.detach();
         if (config_.kl_coef > 0 && reference_ != nullptr) {
           at::Tensor ref;
           {

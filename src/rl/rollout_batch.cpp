@@ -8,23 +8,29 @@
 
 namespace cuda_agent::rl {
 
+namespace {
+
+// `f` applied to every defined tensor of `b`.
+template <typename F>
+RolloutBatch EachField(const RolloutBatch& b, F f) {
+  auto g = [&](const at::Tensor& t) { return t.defined() ? f(t) : t; };
+  return {g(b.tokens), g(b.action_mask), g(b.old_logprobs), g(b.rewards),   g(b.scores),
+          g(b.groups), g(b.advantages),  g(b.returns),      g(b.old_values)};
+}
+
+}  // namespace
+
 RolloutBatch RolloutBatch::Slice(int64_t begin, int64_t n) const {
-  auto cut = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
-  return {cut(tokens), cut(action_mask), cut(old_logprobs), cut(rewards),   cut(scores),
-          cut(groups), cut(advantages),  cut(returns),      cut(old_values)};
+  return EachField(*this, [&](const at::Tensor& t) { return t.narrow(0, begin, n); });
 }
 
 RolloutBatch RolloutBatch::To(c10::Device device) const {
-  auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
-  return {move(tokens), move(action_mask), move(old_logprobs), move(rewards),   move(scores),
-          move(groups), move(advantages),  move(returns),      move(old_values)};
+  return EachField(*this, [&](const at::Tensor& t) { return t.to(device); });
 }
 
 RolloutBatch RolloutBatch::Select(const at::Tensor& keep) const {
   at::Tensor idx = keep.to(at::kBool).nonzero().squeeze(1).to(tokens.device());
-  auto pick = [&](const at::Tensor& t) { return t.defined() ? t.index_select(0, idx.to(t.device())) : t; };
-  return {pick(tokens), pick(action_mask), pick(old_logprobs), pick(rewards),   pick(scores),
-          pick(groups), pick(advantages),  pick(returns),      pick(old_values)};
+  return EachField(*this, [&](const at::Tensor& t) { return t.index_select(0, idx.to(t.device())); });
 }
 
 void RolloutBatch::DropLoss(const at::Tensor& rows) {

@@ -104,6 +104,9 @@ class Generator {
   // Logits [rows, V] of one decode step over slots 0..rows-1, whose ids and
   // positions are in decode_inputs_: a graph replay on CUDA.
   at::Tensor DecodeSlots(int64_t rows, int64_t span);
+  // DecodeSlots on CUDA: the (rows, span) graph, captured on first use, replayed into `out`.
+  at::Tensor ReplayDecode(int64_t rows, int64_t span, const at::Tensor& ids, const at::Tensor& positions,
+                          at::Tensor& out);
 
   const Transformer& model_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;

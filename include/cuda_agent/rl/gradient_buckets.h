@@ -43,7 +43,7 @@ class GradientBuckets {
   std::vector<at::Tensor> params_;
   Communicator* comm_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;
+  std::vector<size_t> bucket_of_, slot_of_;  // parameter -> its bucket, its index among the members
   std::vector<bool> seen_;
   std::vector<unsigned> hooks_;
   bool armed_ = false;
