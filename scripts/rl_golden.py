@@ -9,7 +9,8 @@ GAE (Schulman et al. 2016) over each row's action tokens; GRPO group
 normalisation (Shao et al. 2024); RLOO (Ahmadian et al. 2024); PPO clipped
 surrogate with clip-higher (DAPO, Yu et al. 2025) and dual clip (Ye et al. 2020);
 clipped value loss; k1/k3 KL estimators (Schulman 2020); DAPO's soft overlong
-punishment and dynamic-sampling filter.
+punishment and dynamic-sampling filter; AdamW (Loshchilov & Hutter 2019, the
+bias-corrected form torch.optim uses) after global-norm gradient clipping.
 """
 import json
 import sys
@@ -128,6 +129,26 @@ def explained_variance(v, ret, mask):
     return float(1 - d.var(ddof=1) / r.var(ddof=1))
 
 
+def adamw_with_clipping(params, grads_per_step, lr, betas, eps, wd, max_norm):
+    """Each step: clip all gradients together to max_norm, decay, then Adam."""
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    steps = []
+    for t, grads in enumerate(grads_per_step, start=1):
+        norm = float(np.sqrt(sum((g ** 2).sum() for g in grads)))
+        coef = max_norm / (norm + 1e-6) if norm > max_norm else 1.0
+        for i, g in enumerate(grads):
+            g = g * coef
+            params[i] = params[i] * (1 - lr * wd)
+            m[i] = betas[0] * m[i] + (1 - betas[0]) * g
+            v[i] = betas[1] * v[i] + (1 - betas[1]) * g * g
+            mhat, vhat = m[i] / (1 - betas[0] ** t), v[i] / (1 - betas[1] ** t)
+            params[i] = params[i] - lr * mhat / (np.sqrt(vhat) + eps)
+        steps.append({"grads": [g.tolist() for g in grads], "grad_norm": norm,
+                      "params": [p.tolist() for p in params]})
+    return steps
+
+
 def main():
     mask = masks()
     rewards = np.zeros((B, T))
@@ -188,6 +209,12 @@ def main():
     ret = values + rng.normal(0, 0.5, (B, T))
     cases["ev_returns"] = ret.tolist()
     cases["explained_variance"] = explained_variance(values, ret, mask)
+    start = [rng.normal(0, 1, (3, 4)), rng.normal(0, 1, (1, 5))]
+    grads = [[rng.normal(0, s, (3, 4)), rng.normal(0, s, (1, 5))] for s in (1.0, 0.05, 2.0)]  # clip, not, clip
+    cases["adamw"] = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1,
+                      "max_grad_norm": 1.0, "start": [p.tolist() for p in start],
+                      "steps": adamw_with_clipping([p.copy() for p in start], grads, 0.01, (0.9, 0.999), 1e-8, 0.1,
+                                                   1.0)}
     with open(sys.argv[1], "w") as f:
         json.dump(cases, f, indent=None)
         f.write("\n")

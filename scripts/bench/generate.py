@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=512)
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8)
     ap.add_argument("--without-graphs", action="store_true", help="also time cuda-agent without CUDA graphs")
+    ap.add_argument("--profile", action="store_true", help="add cuda-agent's GPU time per kernel over 64 steps")
     ap.add_argument("--out")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -78,6 +79,8 @@ def main():
            "--prompt-len", str(args.prompt_len), "--new-tokens", str(args.new_tokens), "--json", ours_json]
     for b in args.batches:
         cmd += ["--batch", str(b)]
+    if args.profile:
+        cmd += ["--profile"]
     subprocess.run(cmd, check=True)
     ours = {r["batch"]: r for r in json.load(open(ours_json))}
     eager = {}
@@ -100,6 +103,8 @@ def main():
                "speedup_vs_transformers": ours[b]["decode_tokens_per_s"] / theirs,
                "fraction_of_limit": ours[b]["decode_tokens_per_s"] / limit,
                "cuda_agent_without_graphs_tokens_per_s": eager.get(b, {}).get("decode_tokens_per_s")}
+        if "profile_64_steps" in ours[b]:
+            row["cuda_agent_profile_64_steps"] = ours[b]["profile_64_steps"]
         rows.append(row)
         print("batch %3d: cuda-agent %9.1f tok/s, transformers %9.1f tok/s (%.2fx), limit %9.1f tok/s (%.1f%%)"
               % (b, row["cuda_agent_tokens_per_s"], theirs, row["speedup_vs_transformers"], limit,

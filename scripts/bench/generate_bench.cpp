@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernel_profile.h"
+
 #include "cuda_agent/model/generate.h"
 
 using namespace cuda_agent;
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
   app.add_option("--new-tokens", new_tokens, "generated tokens per sequence");
   app.add_option("--cuda-graphs", cuda_graphs, "replay decode steps from CUDA graphs (CUDA only)");
   app.add_option("--json", json_path, "write results here");
+  bool profile = false;
+  app.add_flag("--profile", profile, "add GPU time per kernel over 64 more decode steps to each row");
   CLI11_PARSE(app, argc, argv);
 
   model::LoadOptions lo;
@@ -92,6 +96,12 @@ int main(int argc, char** argv) {
                           {"graph_replays", stats.graph_replays},
                           {"graphs_captured_in_timed_run", stats.graphs_captured - captured},
                           {"warmup_decode_s", warmup_s}};
+    if (profile) {
+      KernelProfile kp;
+      run(65, &d, &p);
+      sync();
+      row["profile_64_steps"] = kp.Stop(40);
+    }
     std::cout << row.dump() << std::endl;
     rows.push_back(row);
   }

@@ -25,7 +25,7 @@ for step in "$@"; do
         ninja -C $build -j"$(nproc)" > "$out/build.log" 2>&1
       ;;
     tests)
-      ctest --test-dir $build -R "GeneratorGpuTest|DistributedGpuTest" --output-on-failure > "$out/gpu_tests.log" 2>&1
+      ctest --test-dir $build -R "GeneratorGpuTest|FusedOpsGpuTest|DistributedGpuTest" --output-on-failure > "$out/gpu_tests.log" 2>&1
       ctest --test-dir $build -R "ParityTest|GeneratorTest|LearnerTest|DistributedTest" -j8 > "$out/model_rl_tests.log" 2>&1
       ;;
     judgetests)
@@ -38,13 +38,13 @@ for step in "$@"; do
     policy)
       (cd scripts/bench && python3 bf16_parity.py --build "../../$build" --device cuda --dtype bfloat16 \
          --out "$out/bf16_parity.json") > "$out/bf16_parity.log" 2>&1
-      python3 scripts/bench/generate.py --build $build --device cuda --out "$out/generate.json" > "$out/generate.log" 2>&1
+      python3 scripts/bench/generate.py --build $build --device cuda --profile --out "$out/generate.json" > "$out/generate.log" 2>&1
       ;;
     learner)
       : > "$out/learner.log"
       for mb in 1 4; do
         args=(--shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batch 4 --micro-batch $mb --seq 4096 --steps 5)
-        $build/learner_bench "${args[@]}" --json "$out/learner_mb$mb.json" >> "$out/learner.log" 2>&1
+        $build/learner_bench "${args[@]}" --profile --json "$out/learner_mb$mb.json" >> "$out/learner.log" 2>&1
         if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
           python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/learner_bench "${args[@]}" \
             --json "$out/learner_2gpu_mb$mb.json" >> "$out/learner.log" 2>&1

@@ -25,6 +25,7 @@
 
 #include "cuda_agent/rl/communicator.h"
 #include "cuda_agent/rl/learner.h"
+#include "kernel_profile.h"
 
 using namespace cuda_agent;
 using Clock = std::chrono::steady_clock;
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", micro_batch, "rows per forward/backward pass");
   app.add_option("--peak-tflops", peak_tflops, "the device's dense peak (H200 bf16: 990)");
   app.add_option("--json", json_path, "write the result here");
+  bool profile = false;
+  app.add_flag("--profile", profile, "add GPU time per kernel over one more update to the result");
   CLI11_PARSE(app, argc, argv);
 
   nlohmann::json cfg = shape == "tiny" ? nlohmann::json{{"model_type", "qwen2"},      {"vocab_size", 4096},
@@ -110,6 +113,12 @@ int main(int argc, char** argv) {
                         {"peak_tflops", peak_tflops},
                         {"world_size", world},
                         {"tokens_per_s_per_rank", tokens_per_s / world}};
+  if (profile) {
+    KernelProfile kp;
+    learner.Update(b);
+    sync();
+    row["profile_one_update"] = kp.Stop(60);
+  }
   if (rank != 0) return 0;
   std::cout << row.dump() << std::endl;
   if (!json_path.empty()) std::ofstream(json_path) << row.dump(1) << "\n";

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "cuda_agent/model/fused_ops.h"
 #include "cuda_agent/model/safetensors.h"
 #include "cuda_agent/util/file.h"
 
@@ -92,16 +93,13 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// transformers' RMSNorm: in fp32, then back to the input dtype, then the weight.
-// at::rms_norm is one fused kernel on CUDA (and autograd-aware).
+// RMSNorm. On CUDA one fused kernel (fp32 statistics and arithmetic, one
+// rounding); elsewhere as transformers does it: in fp32, back to the input
+// dtype, then the weight.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (x.is_cuda()) return at::rms_norm(x, {x.size(-1)}, weight, eps);
   at::Tensor h = at::rms_norm(x.to(at::kFloat), {x.size(-1)}, {}, eps);
   return weight * h.to(x.scalar_type());
-}
-
-at::Tensor RotateHalf(const at::Tensor& x) {
-  int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
 // Inverse frequencies of the rotary embedding, with the configured scaling.
@@ -254,14 +252,14 @@ at::Tensor Transformer::Run(const at::Tensor& ids, const at::Tensor& positions, 
       q = RmsNorm(q, m.P(p + "self_attn.q_norm.weight"), eps);
       k = RmsNorm(k, m.P(p + "self_attn.k_norm.weight"), eps);
     }
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
+    q = ApplyRotary(q, cos, sin);
+    k = ApplyRotary(k, cos, sin);
     at::Tensor attn = attend(i, q, k, v).transpose(1, 2).reshape({B, T, c.num_heads * c.head_dim});
     h = h + at::linear(attn, m.P(p + "self_attn.o_proj.weight"), m.Opt(p + "self_attn.o_proj.bias"));
     x = RmsNorm(h, m.P(p + "post_attention_layernorm.weight"), eps);
     at::Tensor gate = at::linear(x, m.P(p + "mlp.gate_proj.weight"), m.Opt(p + "mlp.gate_proj.bias"));
     at::Tensor up = at::linear(x, m.P(p + "mlp.up_proj.weight"), m.Opt(p + "mlp.up_proj.bias"));
-    h = h + at::linear(at::silu(gate) * up, m.P(p + "mlp.down_proj.weight"), m.Opt(p + "mlp.down_proj.bias"));
+    h = h + at::linear(SwiGlu(gate, up), m.P(p + "mlp.down_proj.weight"), m.Opt(p + "mlp.down_proj.bias"));
   }
   h = RmsNorm(h, m.P("model.norm.weight"), eps);
   if (values != nullptr && m.by_name.count("value_head.weight"))

@@ -18,25 +18,25 @@ at::Tensor Positions(const at::Tensor& tokens) {
   return at::arange(tokens.size(1), tokens.options()).expand({tokens.size(0), tokens.size(1)});
 }
 
-// (B, T - 1, ...) -> (B, T, ...) with zeros at t = 0.
-at::Tensor PrependZero(const at::Tensor& x) { return at::cat({at::zeros_like(x.narrow(1, 0, 1)), x}, 1); }
-
 // Shifts per-position quantities one step right: out[:, t] = in[:, t - 1], out[:, 0] = 0.
-at::Tensor ShiftRight(const at::Tensor& x) { return PrependZero(x.narrow(1, 0, x.size(1) - 1)); }
+at::Tensor ShiftRight(const at::Tensor& x) {
+  return at::cat({at::zeros_like(x.narrow(1, 0, 1)), x.narrow(1, 0, x.size(1) - 1)}, 1);
+}
 
 void Accumulate(UpdateMetrics* m, const std::string& key, double value, double weight) {
   (*m)[key + ".sum"] += value * weight;
   (*m)[key + ".weight"] += weight;
 }
 
-// The distributions tokens[:, t] were drawn from, t >= 1: (B, T - 1, V) float32.
-at::Tensor NextTokenLogprobs(const at::Tensor& logits) {
-  return VocabLogprobs(logits.narrow(1, 0, logits.size(1) - 1));
-}
-
-// logprob of tokens[:, t] under next[:, t - 1]; 0 at t = 0. (B, T) float32.
-at::Tensor ShiftedLogprobs(const at::Tensor& next, const at::Tensor& tokens) {
-  return PrependZero(next.gather(-1, tokens.narrow(1, 1, tokens.size(1) - 1).unsqueeze(-1)).squeeze(-1));
+// Per position t of tokens (B, T): the logprob of tokens[:, t] under the
+// model's distribution at t - 1, and that distribution's entropy; 0 at t = 0.
+model::TokenLogprobs ShiftedLogprobs(const at::Tensor& logits, const at::Tensor& tokens) {
+  // Position t predicts tokens[:, t + 1]; the last position's target is a
+  // placeholder (its outputs are dropped), so the logits need no copy.
+  const int64_t T = tokens.size(1);
+  at::Tensor targets = at::cat({tokens.narrow(1, 1, T - 1), tokens.narrow(1, T - 1, 1)}, 1);
+  auto out = TokenLogprobsAndEntropy(logits, targets);
+  return {ShiftRight(out.logprobs), ShiftRight(out.entropy)};
 }
 
 // Turns the .sum/.weight pairs into weighted means.
@@ -74,7 +74,7 @@ Learner::Learner(model::Transformer& policy, model::Transformer* critic, const m
 }
 
 at::Tensor Learner::SequenceLogprobs(const model::Transformer& model, const at::Tensor& tokens) {
-  return ShiftedLogprobs(NextTokenLogprobs(model.Forward(tokens, Positions(tokens))), tokens);
+  return ShiftedLogprobs(model.Forward(tokens, Positions(tokens)), tokens).logprobs;
 }
 
 at::Tensor Learner::SequenceValues(const model::Transformer& model, const at::Tensor& tokens) {
@@ -133,11 +133,11 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
           if (critic_grads_) critic_grads_->Arm();
         }
         at::Tensor mask = micro.action_mask.to(at::kBool);
-        // One log-softmax over the vocabulary serves the logprobs and the entropy.
-        at::Tensor next = NextTokenLogprobs(policy_.Forward(micro.tokens, Positions(micro.tokens)));
-        at::Tensor logp = ShiftedLogprobs(next, micro.tokens);
+        // One pass over the vocabulary serves the logprobs and the entropy.
+        auto shifted = ShiftedLogprobs(policy_.Forward(micro.tokens, Positions(micro.tokens)), micro.tokens);
+        at::Tensor logp = shifted.logprobs;
         at::Tensor loss = PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale);
-        at::Tensor entropy = PrependZero(Entropy(config_.entropy_coef > 0 ? next : next.detach())), kl;
+        at::Tensor entropy = config_.entropy_coef > 0 ? shifted.entropy : shifted.entropy.detach(), kl;
         if (config_.entropy_coef > 0)
           loss = loss - config_.entropy_coef * Aggregate(entropy, mask, config_.policy.aggregation, scale);
         entropy = entropy.detach();
@@ -150,7 +150,6 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
           kl = KlPenalty(logp, ref, config_.kl_estimator);
           loss = loss + config_.kl_coef * Aggregate(kl, mask, config_.policy.aggregation, scale);
         }
-        next.reset();
         loss.backward();
         at::Tensor values, vloss;
         if (critic_ != nullptr) {

@@ -80,15 +80,11 @@ at::Tensor ValueLoss(const at::Tensor& values, const at::Tensor& old_values, con
   return Aggregate(loss, m, mode, scale);
 }
 
-at::Tensor VocabLogprobs(const at::Tensor& logits) { return at::log_softmax(logits.to(at::kFloat), -1); }
-
-at::Tensor TokenLogprobs(const at::Tensor& logits, const at::Tensor& tokens) {
-  return VocabLogprobs(logits).gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
+model::TokenLogprobs TokenLogprobsAndEntropy(const at::Tensor& logits, const at::Tensor& tokens) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  auto out = model::ComputeTokenLogprobs(logits.reshape({B * T, logits.size(-1)}), tokens.reshape({B * T}));
+  return {out.logprobs.view({B, T}), out.entropy.view({B, T})};
 }
-
-at::Tensor Entropy(const at::Tensor& vocab_logprobs) { return -(vocab_logprobs.exp() * vocab_logprobs).sum(-1); }
-
-at::Tensor TokenEntropy(const at::Tensor& logits) { return Entropy(VocabLogprobs(logits)); }
 
 at::Tensor KlPenalty(const at::Tensor& logprobs, const at::Tensor& ref_logprobs, KlEstimator estimator) {
   at::Tensor d = ref_logprobs.to(at::kFloat) - logprobs.to(at::kFloat);

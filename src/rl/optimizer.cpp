@@ -61,31 +61,33 @@ double AdamW::Step() {
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     grads.push_back(p.grad());
   }
-  double norm = 0;
-  for (const auto& g : grads) norm += g.to(at::kFloat).pow(2).sum().item<double>();
-  norm = std::sqrt(norm);
+  // One multi-tensor kernel and one host read for the whole model.
+  double norm = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).norm().item<double>();
   double clip = config_.max_grad_norm > 0 && norm > config_.max_grad_norm ? config_.max_grad_norm / (norm + 1e-6) : 1.0;
 
   std::vector<at::Tensor> self, g32, m, v, steps;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (owner_[i] != rank) continue;
-    at::Tensor g = grads[i].to(at::kFloat);
-    if (clip != 1.0) g = g * clip;
     self.push_back(master_[i]);
-    g32.push_back(g.contiguous());
+    g32.push_back(grads[i].to(at::kFloat).contiguous());  // may alias the gradient, which is zeroed below
     m.push_back(exp_avg_[i]);
     v.push_back(exp_avg_sq_[i]);
     steps.push_back(state_step_[i]);
   }
   if (!self.empty()) {
+    if (clip != 1.0) at::_foreach_mul_(g32, clip);
     at::_foreach_add_(steps, 1);  // the kernel reads the already-incremented step, as torch.optim does
     at::_fused_adamw_(self, g32, m, v, {}, steps, LearningRate(step_), config_.beta1, config_.beta2,
                       config_.weight_decay, config_.eps, false, false);
   }
+  std::vector<at::Tensor> weights, masters;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (owner_[i] == rank && master_[i].data_ptr() != params_[i].data_ptr()) params_[i].copy_(master_[i]);
-    params_[i].mutable_grad().zero_();
+    if (owner_[i] != rank || master_[i].data_ptr() == params_[i].data_ptr()) continue;
+    weights.push_back(params_[i]);
+    masters.push_back(master_[i]);
   }
+  if (!weights.empty()) at::_foreach_copy_(weights, masters);
+  at::_foreach_zero_(grads);
   if (comm_ != nullptr && comm_->world_size() > 1) {
     for (int r = 0; r < comm_->world_size(); ++r) {
       std::vector<at::Tensor> owned;

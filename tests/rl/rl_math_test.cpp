@@ -8,6 +8,7 @@
 
 #include "cuda_agent/rl/advantages.h"
 #include "cuda_agent/rl/losses.h"
+#include "cuda_agent/rl/optimizer.h"
 #include "cuda_agent/util/file.h"
 
 namespace cuda_agent::rl {
@@ -105,7 +106,8 @@ TEST(LossesTest, ValueLossEntropyKlAndExplainedVarianceMatch) {
     for (const auto& b : a)
       for (const auto& x : b) flat.push_back(x);
   at::Tensor logits = at::tensor(flat, at::kDouble).view({2, 3, 7}).to(at::kFloat);
-  ExpectClose(TokenEntropy(logits), Matrix(g["entropy"]), 1e-5, "entropy");
+  ExpectClose(TokenLogprobsAndEntropy(logits, at::zeros({2, 3}, at::kLong)).entropy, Matrix(g["entropy"]), 1e-5,
+              "entropy");
   ExpectClose(KlPenalty(Matrix(g["logprobs"]), Matrix(g["ref_logprobs"]), KlEstimator::kK1), Matrix(g["kl_k1"]), 1e-5,
               "k1");
   ExpectClose(KlPenalty(Matrix(g["logprobs"]), Matrix(g["ref_logprobs"]), KlEstimator::kK3), Matrix(g["kl_k3"]), 1e-5,
@@ -140,6 +142,30 @@ TEST(LossesTest, MicroBatchGradientsAddUpToTheFullBatch) {
     }
     EXPECT_NEAR(total, full.item<double>(), 1e-6);
     ExpectClose(micro_logp.grad(), full_logp.grad(), 1e-7, "gradients");
+  }
+}
+
+// Three steps, the first and last clipped to the global norm, against AdamW
+// with clipping written out in NumPy.
+TEST(OptimizerTest, AdamWWithGlobalNormClippingMatchesTheReference) {
+  const json& g = Golden()["adamw"];
+  OptimizerConfig config;
+  config.lr = g["lr"];
+  config.beta1 = g["beta1"];
+  config.beta2 = g["beta2"];
+  config.eps = g["eps"];
+  config.weight_decay = g["weight_decay"];
+  config.max_grad_norm = g["max_grad_norm"];
+  std::vector<at::Tensor> params;
+  for (const auto& p : g["start"]) params.push_back(Matrix(p).requires_grad_(true));
+  AdamW opt(params, config);
+  for (const auto& step : g["steps"]) {
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = Matrix(step["grads"][i]);
+    EXPECT_NEAR(opt.Step(), step["grad_norm"].get<double>(), 1e-5);
+    for (size_t i = 0; i < params.size(); ++i) {
+      ExpectClose(params[i].detach(), Matrix(step["params"][i]), 2e-6, "parameter " + std::to_string(i));
+      EXPECT_EQ(params[i].grad().abs().max().item<double>(), 0) << "gradients are zeroed";
+    }
   }
 }
 

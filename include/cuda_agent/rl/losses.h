@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "cuda_agent/model/fused_ops.h"
+
 namespace cuda_agent::rl {
 
 enum class LossAggregation {
@@ -52,14 +54,10 @@ at::Tensor ValueLoss(const at::Tensor& values, const at::Tensor& old_values, con
                      const at::Tensor& mask, double clip_eps, LossAggregation mode, const LossScale& scale,
                      double* clip_fraction = nullptr);
 
-// log p of every vocabulary entry: logits (B, T, V) of any dtype -> (B, T, V) float32.
-at::Tensor VocabLogprobs(const at::Tensor& logits);
-// log p(token) under logits: logits (B, T, V), tokens (B, T) int64 -> (B, T) float32.
-at::Tensor TokenLogprobs(const at::Tensor& logits, const at::Tensor& tokens);
-// Entropy of each position's distribution from VocabLogprobs: (B, T, V) -> (B, T).
-at::Tensor Entropy(const at::Tensor& vocab_logprobs);
-// The same from logits: (B, T, V) -> (B, T) float32.
-at::Tensor TokenEntropy(const at::Tensor& logits);
+// log p(tokens[b, t]) under logits[b, t] and the entropy of that distribution:
+// logits (B, T, V) of any dtype, tokens (B, T) int64 -> (B, T) float32 each,
+// differentiable (one fused pass over the logits on CUDA: model/fused_ops.h).
+model::TokenLogprobs TokenLogprobsAndEntropy(const at::Tensor& logits, const at::Tensor& tokens);
 
 enum class KlEstimator {
   kK1,  // logp - ref_logp

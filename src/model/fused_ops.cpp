@@ -1,0 +1,161 @@
+#include "cuda_agent/model/fused_ops.h"
+
+#include <ATen/ATen.h>
+
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "fused_kernels.h"
+#endif
+
+namespace cuda_agent::model {
+namespace {
+
+at::Tensor RotateHalf(const at::Tensor& x) {
+  int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool Fusable(const at::Tensor& t) {
+  auto s = t.scalar_type();
+  return t.is_cuda() && (s == at::kFloat || s == at::kBFloat16 || s == at::kHalf);
+}
+
+kernels::Dtype KernelDtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kBFloat16:
+      return kernels::Dtype::kBFloat16;
+    case at::kHalf:
+      return kernels::Dtype::kHalf;
+    default:
+      return kernels::Dtype::kFloat;
+  }
+}
+
+cudaStream_t Stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+void Check(int error, const char* kernel) {
+  TORCH_CHECK(error == 0, kernel, " failed to launch: ", cudaGetErrorString(static_cast<cudaError_t>(error)));
+}
+
+// The gradient an output received, fp32 and contiguous, or undefined.
+at::Tensor FloatGrad(const at::Tensor& g) { return g.defined() ? g.to(at::kFloat).contiguous() : at::Tensor(); }
+const float* Ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+struct TokenLogprobsFn : torch::autograd::Function<TokenLogprobsFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets) {
+    at::Tensor z = logits.contiguous(), t = targets.to(at::kLong).contiguous();
+    const int64_t rows = z.size(0), vocab = z.size(1);
+    auto f32 = z.options().dtype(at::kFloat);
+    at::Tensor logp = at::empty({rows}, f32), entropy = at::empty({rows}, f32), stats = at::empty({rows, 2}, f32);
+    Check(kernels::TokenLogprobsForward(KernelDtype(z), z.data_ptr(), rows, vocab, t.data_ptr<int64_t>(),
+                                        logp.data_ptr<float>(), entropy.data_ptr<float>(), stats.data_ptr<float>(),
+                                        Stream(z)),
+          "token logprobs");
+    ctx->save_for_backward({z, t, stats, entropy});
+    return {logp, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &z = saved[0], &t = saved[1], &stats = saved[2], &entropy = saved[3];
+    at::Tensor gl = FloatGrad(grads[0]), ge = FloatGrad(grads[1]);
+    if (!gl.defined() && !ge.defined()) return {at::Tensor(), at::Tensor()};
+    at::Tensor grad = at::empty_like(z);
+    Check(kernels::TokenLogprobsBackward(KernelDtype(z), z.data_ptr(), z.size(0), z.size(1), t.data_ptr<int64_t>(),
+                                         Ptr(gl), Ptr(ge), stats.data_ptr<float>(), entropy.data_ptr<float>(),
+                                         grad.data_ptr(), Stream(z)),
+          "token logprobs backward");
+    return {grad, at::Tensor()};
+  }
+};
+
+// x [B, T, H, D]; cos and sin [B * T, D], contiguous.
+at::Tensor RotaryKernel(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
+  at::Tensor in = x.contiguous(), out = at::empty_like(in);
+  Check(kernels::Rotary(KernelDtype(in), in.data_ptr(), cos.data_ptr(), sin.data_ptr(), cos.size(0), in.size(2),
+                        in.size(3), transpose, out.data_ptr(), Stream(in)),
+        "rotary");
+  return out;
+}
+
+struct RotaryFn : torch::autograd::Function<RotaryFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return RotaryKernel(x, cos, sin, false);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    return {RotaryKernel(grads[0], saved[0], saved[1], true), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    at::Tensor g = gate.contiguous(), u = up.contiguous(), out = at::empty_like(g);
+    Check(kernels::SwiGluForward(KernelDtype(g), g.data_ptr(), u.data_ptr(), g.numel(), out.data_ptr(), Stream(g)),
+          "swiglu");
+    ctx->save_for_backward({g, u});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &g = saved[0], &u = saved[1];
+    at::Tensor go = grads[0].contiguous(), gg = at::empty_like(g), gu = at::empty_like(u);
+    Check(kernels::SwiGluBackward(KernelDtype(g), g.data_ptr(), u.data_ptr(), go.data_ptr(), g.numel(),
+                                  gg.data_ptr(), gu.data_ptr(), Stream(g)),
+          "swiglu backward");
+    return {gg, gu};
+  }
+};
+#endif
+
+}  // namespace
+
+bool HaveFusedKernels() {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+TokenLogprobs ComputeTokenLogprobs(const at::Tensor& logits, const at::Tensor& targets) {
+  TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "token logprobs: logits [N, V] and targets [N], got ", logits.sizes(), " and ", targets.sizes());
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  if (Fusable(logits)) {
+    auto out = TokenLogprobsFn::apply(logits, targets);
+    return {out[0], out[1]};
+  }
+#endif
+  at::Tensor lp = at::log_softmax(logits.to(at::kFloat), -1);
+  return {lp.gather(-1, targets.to(at::kLong).unsqueeze(-1)).squeeze(-1), -(lp.exp() * lp).sum(-1)};
+}
+
+at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  if (Fusable(x) && cos.scalar_type() == x.scalar_type() && sin.scalar_type() == x.scalar_type()) {
+    const int64_t B = x.size(0), T = x.size(1), D = x.size(3);
+    auto table = [&](const at::Tensor& t) { return t.expand({B, T, 1, D}).reshape({B * T, D}).contiguous(); };
+    return RotaryFn::apply(x, table(cos), table(sin));
+  }
+#endif
+  return x * cos + RotateHalf(x) * sin;
+}
+
+at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  if (Fusable(gate) && up.scalar_type() == gate.scalar_type() && up.sizes() == gate.sizes())
+    return SwiGluFn::apply(gate, up);
+#endif
+  return at::silu(gate) * up;
+}
+
+}  // namespace cuda_agent::model
