@@ -53,13 +53,36 @@ class ProcessGroupCommunicator final : public Communicator {
     AllReduceSum(tensors);
     for (auto& t : tensors) t.div_(world_);
   }
+  // One collective for the whole list where it shares a dtype and device:
+  // flattened on the root, split back into place elsewhere.
   void Broadcast(std::vector<at::Tensor>& tensors, int root) override {
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    for (auto& t : tensors) {
-      std::vector<at::Tensor> one{t};
-      backend_->broadcast(one, options)->wait();
+    bool uniform = true;
+    int64_t total = 0;
+    for (const auto& t : tensors) {
+      uniform = uniform && t.scalar_type() == tensors[0].scalar_type() && t.device() == tensors[0].device();
+      total += t.numel();
     }
+    if (tensors.size() < 2 || !uniform) {
+      for (auto& t : tensors) {
+        std::vector<at::Tensor> one{t};
+        backend_->broadcast(one, options)->wait();
+      }
+      return;
+    }
+    std::vector<at::Tensor> flat_parts;
+    for (const auto& t : tensors) flat_parts.push_back(t.reshape(-1));
+    std::vector<at::Tensor> one{rank_ == root ? at::cat(flat_parts) : at::empty({total}, tensors[0].options())};
+    backend_->broadcast(one, options)->wait();
+    if (rank_ == root) return;
+    std::vector<at::Tensor> parts;
+    int64_t offset = 0;
+    for (const auto& t : tensors) {
+      parts.push_back(one[0].narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+    at::_foreach_copy_(tensors, parts);
   }
   void Barrier() override { backend_->barrier()->wait(); }
 

@@ -9,8 +9,11 @@ namespace cuda_agent::rl {
 
 GradientBuckets::GradientBuckets(const std::vector<at::Tensor>& params, Communicator* comm, double bucket_mb)
     : params_(params), comm_(comm), bucket_of_(params.size()), slot_of_(params.size()), seen_(params.size(), false) {
-  const int64_t limit = static_cast<int64_t>(bucket_mb * (1 << 20) / 4);  // fp32 elements
-  for (size_t k = params_.size(); k-- > 0;) {                             // backward reaches the last layers first
+  // Buckets hold gradients in the parameters' dtype, as the gradients are kept:
+  // summing in fp32 would be rounded back when copied into them.
+  const at::ScalarType dtype = params_.empty() ? at::kFloat : params_[0].scalar_type();
+  const int64_t limit = static_cast<int64_t>(bucket_mb * (1 << 20)) / static_cast<int64_t>(c10::elementSize(dtype));
+  for (size_t k = params_.size(); k-- > 0;) {  // backward reaches the last layers first
     if (buckets_.empty() || buckets_.back().offsets.back() + params_[k].numel() > limit) {
       buckets_.emplace_back();
       buckets_.back().offsets.push_back(0);
@@ -21,7 +24,7 @@ GradientBuckets::GradientBuckets(const std::vector<at::Tensor>& params, Communic
     b.members.push_back(k);
     b.offsets.push_back(b.offsets.back() + params_[k].numel());
   }
-  for (auto& b : buckets_) b.flat = at::zeros({b.offsets.back()}, params_[b.members[0]].options().dtype(at::kFloat));
+  for (auto& b : buckets_) b.flat = at::zeros({b.offsets.back()}, params_[b.members[0]].options().dtype(dtype));
   for (size_t k = 0; k < params_.size(); ++k)
     hooks_.push_back(params_[k].register_hook([this, k](const at::Tensor& grad) {
       OnGradient(k, grad);

@@ -33,7 +33,7 @@ class GradientBuckets {
  private:
   struct Bucket {
     std::vector<size_t> members;  // parameter indices
-    at::Tensor flat;              // fp32 concatenation of their gradients
+    at::Tensor flat;              // concatenation of their gradients (the parameters' dtype)
     std::vector<int64_t> offsets;
     size_t ready = 0;
     std::function<void()> wait;
