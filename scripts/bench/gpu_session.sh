@@ -38,7 +38,7 @@ for step in "$@"; do
     policy)
       (cd scripts/bench && python3 bf16_parity.py --build "../../$build" --device cuda --dtype bfloat16 \
          --out "$out/bf16_parity.json") > "$out/bf16_parity.log" 2>&1
-      python3 scripts/bench/generate.py --build $build --device cuda --profile --out "$out/generate.json" > "$out/generate.log" 2>&1
+      python3 scripts/bench/generate.py --build $build --device cuda --profile --fused-decode --out "$out/generate.json" > "$out/generate.log" 2>&1
       ;;
     learner)
       : > "$out/learner.log"

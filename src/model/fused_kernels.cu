@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <type_traits>
@@ -199,6 +200,236 @@ __global__ void SwiGluBackwardKernel(const T* __restrict__ gate, const T* __rest
   }
 }
 
+// ---- Decode ----
+
+constexpr int kGemvWarps = 8;
+
+// Sums v over the warp; every lane gets the total.
+__device__ inline float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
+  return v;
+}
+
+// One warp per output row; V elements per load. kNorm: RMSNorm of x first.
+template <typename T, int V, bool kNorm, bool kSwiGlu>
+__global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvArgs a, int64_t n) {
+  constexpr int R = kDecodeMaxRows;
+  const T* x = static_cast<const T*>(a.x);
+  const T* norm_weight = static_cast<const T*>(a.norm_weight);
+  const int64_t k = a.k;
+  const int batch = static_cast<int>(a.batch);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ float rstd[R];
+  if constexpr (kNorm) {
+    __shared__ float partial[kGemvWarps][R];
+    float ss[R] = {};
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+#pragma unroll
+      for (int b = 0; b < R; ++b) {
+        if (b < batch) {
+          const float v = ToFloat(x[b * k + i]);
+          ss[b] += v * v;
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < R; ++b) ss[b] = WarpSum(ss[b]);
+    if (lane == 0)
+      for (int b = 0; b < R; ++b) partial[warp][b] = ss[b];
+    __syncthreads();
+    if (threadIdx.x < R) {
+      float total = 0;
+      for (int w = 0; w < kGemvWarps; ++w) total += partial[w][threadIdx.x];
+      rstd[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + a.eps);
+    }
+    __syncthreads();
+  }
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp; j < n;
+       j += static_cast<int64_t>(gridDim.x) * kGemvWarps) {
+    int seg = 0;
+    int64_t r = j;
+    if constexpr (!kSwiGlu) {
+      while (seg < 2 && r >= a.m[seg].rows) r -= a.m[seg++].rows;
+    }
+    const T* w = static_cast<const T*>(a.m[seg].w) + r * k;
+    const T* w2 = kSwiGlu ? static_cast<const T*>(a.m[1].w) + r * k : nullptr;
+    float acc[R] = {}, acc2[R] = {};
+#pragma unroll 4
+    for (int64_t c = static_cast<int64_t>(lane) * V; c < k; c += 32 * V) {
+      const Pack<T, V> wp = *reinterpret_cast<const Pack<T, V>*>(w + c);
+      Pack<T, V> w2p, np;
+      if constexpr (kSwiGlu) w2p = *reinterpret_cast<const Pack<T, V>*>(w2 + c);
+      if constexpr (kNorm) np = *reinterpret_cast<const Pack<T, V>*>(norm_weight + c);
+#pragma unroll
+      for (int b = 0; b < R; ++b) {
+        if (b >= batch) break;
+        const Pack<T, V> xp = *reinterpret_cast<const Pack<T, V>*>(x + b * k + c);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          float xv = ToFloat(xp.v[i]);
+          if constexpr (kNorm) xv = xv * rstd[b] * ToFloat(np.v[i]);
+          acc[b] += ToFloat(wp.v[i]) * xv;
+          if constexpr (kSwiGlu) acc2[b] += ToFloat(w2p.v[i]) * xv;
+        }
+      }
+    }
+    float mine = 0, mine2 = 0;  // lane b keeps row b's sums
+#pragma unroll
+    for (int b = 0; b < R; ++b) {
+      if (b >= batch) break;
+      const float total = WarpSum(acc[b]);
+      const float total2 = kSwiGlu ? WarpSum(acc2[b]) : 0.f;
+      if (lane == b) {
+        mine = total;
+        mine2 = total2;
+      }
+    }
+    if (lane >= batch) continue;
+    const T* bias = static_cast<const T*>(a.m[seg].bias);
+    float y = mine + (bias ? ToFloat(bias[r]) : 0.f);
+    if constexpr (kSwiGlu) {
+      const T* bias2 = static_cast<const T*>(a.m[1].bias);
+      const float up = mine2 + (bias2 ? ToFloat(bias2[r]) : 0.f);
+      y = y / (1.f + expf(-y)) * up;
+    }
+    if (a.residual) y += ToFloat(static_cast<const T*>(a.residual)[lane * n + j]);
+    static_cast<T*>(a.y)[lane * n + j] = FromFloat<T>(y);
+  }
+}
+
+constexpr int kAttentionWarps = 8;
+
+// One block per (row, key head): the group of query heads that share the key
+// head. E = head_dim / 32 elements per lane.
+template <typename T, int HD>
+__global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(DecodeAttentionArgs a) {
+  constexpr int E = HD / 32, G = kDecodeMaxGroup, half = HD / 2;
+  const int64_t b = blockIdx.x, g = blockIdx.y;
+  const int group = static_cast<int>(a.heads / a.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t pos = a.positions[b];
+  // Heads 0..group-1: queries; head `group`: the key; head group+1: the value.
+  __shared__ float head[G + 2][HD];
+  __shared__ float part_m[kAttentionWarps][G], part_s[kAttentionWarps][G];
+  __shared__ float part_acc[kAttentionWarps][G][HD];
+  const T* row = static_cast<const T*>(a.qkv) + b * (a.heads + 2 * a.kv_heads) * HD;
+  for (int i = threadIdx.x; i < (group + 2) * HD; i += blockDim.x) {
+    const int h = i / HD, d = i % HD;
+    const int64_t src = h < group ? (g * group + h) : h == group ? a.heads + g : a.heads + a.kv_heads + g;
+    head[h][d] = ToFloat(row[src * HD + d]);
+  }
+  __syncthreads();
+  // Qwen3's q/k RMSNorm over each head, one warp per head.
+  if (a.q_norm) {
+    for (int h = warp; h <= group; h += kAttentionWarps) {
+      float ss = 0;
+      for (int d = lane; d < HD; d += 32) ss += head[h][d] * head[h][d];
+      const float r = rsqrtf(WarpSum(ss) / HD + a.eps);
+      const T* w = static_cast<const T*>(h < group ? a.q_norm : a.k_norm);
+      for (int d = lane; d < HD; d += 32) head[h][d] = head[h][d] * r * ToFloat(w[d]);
+    }
+    __syncthreads();
+  }
+  // Rotary on the queries and the key: out = x * cos + rotate_half(x) * sin.
+  for (int i = threadIdx.x; i < (group + 1) * half; i += blockDim.x) {
+    const int h = i / half, d = i % half;
+    const float angle = static_cast<float>(pos) * a.inv_freq[d], c = cosf(angle), s = sinf(angle);
+    const float x0 = head[h][d], x1 = head[h][d + half];
+    head[h][d] = x0 * c - x1 * s;
+    head[h][d + half] = x1 * c + x0 * s;
+  }
+  __syncthreads();
+  T* kc = static_cast<T*>(a.k_cache) + (b * a.max_len * a.kv_heads + g) * HD;  // position 0 of slot b, head g
+  T* vc = static_cast<T*>(a.v_cache) + (b * a.max_len * a.kv_heads + g) * HD;
+  const int64_t stride = a.kv_heads * HD;  // between positions
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    kc[pos * stride + d] = FromFloat<T>(head[group][d]);
+    vc[pos * stride + d] = FromFloat<T>(head[group + 1][d]);
+  }
+  __syncthreads();  // the block's cache writes are visible to its reads below
+
+  // Lanes work in groups of L, one key position per group, 8 elements of the
+  // head per lane (16-byte loads): a warp has P positions in flight. Each
+  // group keeps an online softmax over its positions; groups, then warps,
+  // are merged at the end.
+  constexpr int L = HD / 8, P = 32 / L;
+  const int sub = lane / L, part = lane % L;
+  float q[G][8], m[G], s[G], acc[G][8];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    m[h] = -INFINITY;
+    s[h] = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      q[h][e] = h < group ? head[h][part * 8 + e] * a.scale : 0.f;
+      acc[h][e] = 0;
+    }
+  }
+  const int64_t last = pos < a.span ? pos : a.span - 1;
+  for (int64_t t0 = static_cast<int64_t>(warp) * P; t0 <= last; t0 += kAttentionWarps * P) {
+    const int64_t t = t0 + sub;
+    const bool valid = t <= last;
+    Pack<T, 8> kp, vp;
+    if (valid) {
+      kp = *reinterpret_cast<const Pack<T, 8>*>(kc + t * stride + part * 8);
+      vp = *reinterpret_cast<const Pack<T, 8>*>(vc + t * stride + part * 8);
+    }
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      if (h >= group) break;
+      float dot = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dot += valid ? q[h][e] * ToFloat(kp.v[e]) : 0.f;
+      for (int offset = L / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffff, dot, offset);
+      if (!valid) continue;
+      const float m_new = fmaxf(m[h], dot), f = expf(m[h] - m_new), p = expf(dot - m_new);
+      s[h] = s[h] * f + p;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[h][e] = acc[h][e] * f + p * ToFloat(vp.v[e]);
+      m[h] = m_new;
+    }
+  }
+  // Merge the P groups of the warp (lanes with the same `part`).
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    if (h >= group) break;
+    for (int offset = L; offset < 32; offset *= 2) {
+      const float om = __shfl_xor_sync(0xffffffff, m[h], offset), os = __shfl_xor_sync(0xffffffff, s[h], offset);
+      const float M = fmaxf(m[h], om);
+      const float fa = s[h] > 0 ? expf(m[h] - M) : 0.f, fb = os > 0 ? expf(om - M) : 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float oa = __shfl_xor_sync(0xffffffff, acc[h][e], offset);
+        acc[h][e] = acc[h][e] * fa + oa * fb;
+      }
+      s[h] = s[h] * fa + os * fb;
+      m[h] = M;
+    }
+    if (lane == 0) {
+      part_m[warp][h] = m[h];
+      part_s[warp][h] = s[h];
+    }
+    if (sub == 0)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) part_acc[warp][h][part * 8 + e] = acc[h][e];
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out) + b * a.heads * HD;
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int h = i / HD, d = i % HD;
+    float M = -INFINITY;
+    for (int w = 0; w < kAttentionWarps; ++w) M = fmaxf(M, part_m[w][h]);
+    float S = 0, O = 0;
+    for (int w = 0; w < kAttentionWarps; ++w) {
+      if (part_s[w][h] == 0) continue;  // a warp that saw no position
+      const float f = expf(part_m[w][h] - M);
+      S += part_s[w][h] * f;
+      O += part_acc[w][h][d] * f;
+    }
+    out[(g * group + h) * HD + d] = FromFloat<T>(O / S);
+  }
+}
+
 // Blocks for a grid-stride loop over n items: enough to fill the device, no more.
 unsigned ElementwiseBlocks(int64_t n, int threads) {
   int64_t blocks = (n + threads - 1) / threads;
@@ -306,6 +537,63 @@ int SwiGluBackward(Dtype dtype, const void* gate, const void* up, const void* gr
           static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(grad_out), packs,
           static_cast<T*>(grad_gate), static_cast<T*>(grad_up));
     });
+  });
+}
+
+int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
+  const int64_t n = args.swiglu ? args.m[0].rows : args.m[0].rows + args.m[1].rows + args.m[2].rows;
+  if (args.batch == 0 || n == 0) return 0;
+  if (args.batch > kDecodeMaxRows) return static_cast<int>(cudaErrorInvalidValue);
+  return Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    bool packed = args.k % (16 / sizeof(T)) == 0;
+    for (const void* p : {args.x, args.norm_weight, args.m[0].w, args.m[1].w, args.m[2].w})
+      packed = packed && (p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0);
+    // Enough blocks to keep every SM streaming weights; each computes the
+    // norm's statistics once and then loops over its rows.
+    static const int64_t resident = [] {
+      int device = 0, sms = 0;
+      cudaGetDevice(&device);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      return static_cast<int64_t>(sms > 0 ? sms : 132) * 4;
+    }();
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + kGemvWarps - 1) / kGemvWarps, resident));
+    auto launch = [&](auto width, auto norm, auto swiglu) {
+      DecodeGemvKernel<T, decltype(width)::value, decltype(norm)::value, decltype(swiglu)::value>
+          <<<blocks, kGemvWarps * 32, 0, stream>>>(args, n);
+    };
+    auto with_width = [&](auto norm, auto swiglu) {
+      if (packed)
+        launch(std::integral_constant<int, 16 / sizeof(T)>{}, norm, swiglu);
+      else
+        launch(std::integral_constant<int, 1>{}, norm, swiglu);
+    };
+    auto with_norm = [&](auto swiglu) {
+      if (args.norm_weight)
+        with_width(std::true_type{}, swiglu);
+      else
+        with_width(std::false_type{}, swiglu);
+    };
+    if (args.swiglu)
+      with_norm(std::true_type{});
+    else
+      with_norm(std::false_type{});
+  });
+}
+
+int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t stream) {
+  if (args.batch == 0) return 0;
+  const int64_t group = args.kv_heads > 0 ? args.heads / args.kv_heads : 0;
+  if (group < 1 || group > kDecodeMaxGroup || args.heads % args.kv_heads != 0 ||
+      (args.head_dim != 64 && args.head_dim != 128))
+    return static_cast<int>(cudaErrorInvalidValue);
+  const dim3 grid(static_cast<unsigned>(args.batch), static_cast<unsigned>(args.kv_heads));
+  return Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (args.head_dim == 64)
+      DecodeAttentionKernel<T, 64><<<grid, kAttentionWarps * 32, 0, stream>>>(args);
+    else
+      DecodeAttentionKernel<T, 128><<<grid, kAttentionWarps * 32, 0, stream>>>(args);
   });
 }
 

@@ -34,4 +34,52 @@ int SwiGluForward(Dtype dtype, const void* gate, const void* up, int64_t n, void
 int SwiGluBackward(Dtype dtype, const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
                    void* grad_up, cudaStream_t stream);
 
+// ---- Decode: one new token for each of `batch` <= kDecodeMaxRows rows ----
+constexpr int kDecodeMaxRows = 8;
+constexpr int kDecodeMaxGroup = 8;  // query heads per key head
+
+// One weight matrix [rows, k] (row-major) and its optional bias [rows].
+struct DecodeMatrix {
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  int64_t rows = 0;
+};
+
+// y[b] = W xn[b] + bias for every row b of x [batch, k], where xn = x, or
+// RMSNorm(x) * norm_weight when norm_weight is set. The output rows are those
+// of m[0], then m[1], then m[2] (unused ones have rows 0), or with `swiglu`
+// silu(m[0] xn) * (m[1] xn). `residual` [batch, n] is added when set (y may be
+// the same buffer). Each weight is read once for all rows.
+struct DecodeGemvArgs {
+  const void* x = nullptr;
+  int64_t batch = 0, k = 0;
+  const void* norm_weight = nullptr;
+  float eps = 0;
+  DecodeMatrix m[3];
+  bool swiglu = false;
+  const void* residual = nullptr;
+  void* y = nullptr;
+};
+int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream);
+
+// Attention of one new token per row b over cache slot b: takes q, k, v from
+// qkv [batch, (heads + 2 kv_heads) * head_dim], applies the optional q/k
+// RMSNorm and the rotary embedding at positions[b], writes k and v into the
+// caches [slots, max_len, kv_heads, head_dim] at positions[b], and attends
+// keys 0..positions[b] (at most the first `span`: rows past it are idle and
+// their output unused). out: [batch, heads * head_dim]. head_dim 64 or 128.
+struct DecodeAttentionArgs {
+  const void* qkv = nullptr;
+  int64_t batch = 0, heads = 0, kv_heads = 0, head_dim = 0, max_len = 0, span = 0;
+  const int64_t* positions = nullptr;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  float eps = 0, scale = 0;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  void* out = nullptr;
+};
+int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t stream);
+
 }  // namespace cuda_agent::model::kernels

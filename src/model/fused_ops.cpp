@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -148,6 +150,96 @@ at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   }
 #endif
   return x * cos + RotateHalf(x) * sin;
+}
+
+int64_t FusedDecodeMaxRows() {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  return kernels::kDecodeMaxRows;
+#else
+  return 0;
+#endif
+}
+
+bool FusedDecodeFits(int64_t heads, int64_t kv_heads, int64_t head_dim) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  return kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= kernels::kDecodeMaxGroup &&
+         (head_dim == 64 || head_dim == 128);
+#else
+  return false;
+#endif
+}
+
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+namespace {
+const void* DataOrNull(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+}  // namespace
+#endif
+
+at::Tensor DecodeLinear(const at::Tensor& x, const at::Tensor& norm_weight, double eps,
+                        const std::vector<LinearWeights>& parts, bool swiglu, const at::Tensor& residual) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  TORCH_CHECK(Fusable(x) && x.dim() == 2 && x.is_contiguous() && !parts.empty() && parts.size() <= 3 &&
+                  (!swiglu || parts.size() == 2),
+              "DecodeLinear: a contiguous [B, in] CUDA input and 1-3 weights (2 with swiglu)");
+  kernels::DecodeGemvArgs a;
+  a.x = x.data_ptr();
+  a.batch = x.size(0);
+  a.k = x.size(1);
+  a.norm_weight = DataOrNull(norm_weight);
+  a.eps = static_cast<float>(eps);
+  int64_t out = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& p = parts[i];
+    TORCH_CHECK(p.weight.is_contiguous() && p.weight.size(1) == a.k && p.weight.scalar_type() == x.scalar_type(),
+                "DecodeLinear: weight ", i, " ", p.weight.sizes(), " does not take inputs of ", a.k);
+    a.m[i] = {p.weight.data_ptr(), DataOrNull(p.bias), p.weight.size(0)};
+    out += p.weight.size(0);
+  }
+  a.swiglu = swiglu;
+  if (swiglu) out = parts[0].weight.size(0);
+  at::Tensor y = at::empty({a.batch, out}, x.options());
+  a.residual = DataOrNull(residual);
+  a.y = y.data_ptr();
+  Check(kernels::DecodeGemv(KernelDtype(x), a, Stream(x)), "decode linear");
+  return y;
+#else
+  TORCH_CHECK(false, "DecodeLinear: built without the fused CUDA kernels");
+#endif
+}
+
+at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& inv_freq,
+                           const at::Tensor& q_norm, const at::Tensor& k_norm, double eps, at::Tensor& k_cache,
+                           at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  const int64_t hd = k_cache.size(3);
+  TORCH_CHECK(Fusable(qkv) && qkv.is_contiguous() && FusedDecodeFits(heads, kv_heads, hd) &&
+                  qkv.size(1) == (heads + 2 * kv_heads) * hd && positions.scalar_type() == at::kLong &&
+                  inv_freq.scalar_type() == at::kFloat && k_cache.is_contiguous() && v_cache.is_contiguous(),
+              "DecodeAttention: unsupported shapes or dtypes");
+  kernels::DecodeAttentionArgs a;
+  a.qkv = qkv.data_ptr();
+  a.batch = qkv.size(0);
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.max_len = k_cache.size(1);
+  a.span = span;
+  at::Tensor pos = positions.reshape({-1}).contiguous(), freq = inv_freq.contiguous();
+  a.positions = pos.data_ptr<int64_t>();
+  a.inv_freq = freq.data_ptr<float>();
+  a.q_norm = DataOrNull(q_norm);
+  a.k_norm = DataOrNull(k_norm);
+  a.eps = static_cast<float>(eps);
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  a.k_cache = k_cache.data_ptr();
+  a.v_cache = v_cache.data_ptr();
+  at::Tensor out = at::empty({a.batch, heads * hd}, qkv.options());
+  a.out = out.data_ptr();
+  Check(kernels::DecodeAttention(KernelDtype(qkv), a, Stream(qkv)), "decode attention");
+  return out;
+#else
+  TORCH_CHECK(false, "DecodeAttention: built without the fused CUDA kernels");
+#endif
 }
 
 at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {

@@ -295,9 +295,12 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
   });
 }
 
-at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const {
+at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
+                               bool fused) const {
   const ModelConfig& c = impl_->config;
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
+  if (fused && ids.is_cuda() && B <= FusedDecodeMaxRows() && FusedDecodeFits(c.num_heads, kv, hd))
+    return DecodeFused(ids, positions, cache, span);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   at::Tensor pos = positions.view({B});
   at::Tensor flat = at::arange(B, pos.options()) * cache.max_len + pos;  // row b -> (slot b, its position)
@@ -317,6 +320,35 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
             .reshape({B, c.num_heads, 1, hd});
       });
   return logits.select(1, 0);
+}
+
+// Five kernels per layer (fused_ops.h): norm + q/k/v projections; q/k norm,
+// rotary, cache write and attention; output projection + residual; norm +
+// gate/up projections + SwiGLU; down projection + residual.
+at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
+                                    int64_t span) const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  const double eps = c.rms_norm_eps;
+  at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids.view({-1}));  // [B, hidden]
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    auto linear = [&](const std::string& name) {
+      return LinearWeights{m.P(p + name + ".weight"), m.Opt(p + name + ".bias")};
+    };
+    auto norm = [&](const std::string& name) { return c.qk_norm ? m.P(p + name + ".weight") : at::Tensor(); };
+    at::Tensor qkv = DecodeLinear(h, m.P(p + "input_layernorm.weight"), eps,
+                                  {linear("self_attn.q_proj"), linear("self_attn.k_proj"), linear("self_attn.v_proj")},
+                                  false, {});
+    at::Tensor attn = DecodeAttention(qkv, positions, m.inv_freq, norm("self_attn.q_norm"), norm("self_attn.k_norm"),
+                                      eps, cache.k[i], cache.v[i], c.num_heads, c.num_kv_heads, span);
+    h = DecodeLinear(attn, {}, eps, {linear("self_attn.o_proj")}, false, h);
+    at::Tensor act = DecodeLinear(h, m.P(p + "post_attention_layernorm.weight"), eps,
+                                  {linear("mlp.gate_proj"), linear("mlp.up_proj")}, true, {});
+    h = DecodeLinear(act, {}, eps, {linear("mlp.down_proj")}, false, h);
+  }
+  const at::Tensor& head = c.tie_word_embeddings ? m.P("model.embed_tokens.weight") : m.P("lm_head.weight");
+  return DecodeLinear(h, m.P("model.norm.weight"), eps, {{head, {}}}, false, {});
 }
 
 const std::vector<std::pair<std::string, at::Tensor>>& Transformer::parameters() const { return impl_->params; }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/model/fused_ops.h"
+#include "cuda_agent/model/generate.h"
 #include "cuda_agent/model/transformer.h"
 
 namespace cuda_agent::model {
@@ -138,6 +139,92 @@ TEST(FusedOpsGpuTest, ModelGradientsOnTheGpuEqualTheCpu) {
     const auto& [name, p] = cpu->parameters()[i];
     double scale = p.grad().abs().max().item<double>();
     ExpectNear(gpu->parameters()[i].second.grad(), p.grad(), 1e-4 * scale, 1e-4, name);
+  }
+}
+
+// Models whose attention fits the fused decode kernels (head_dim 64 or 128):
+// Llama (no biases, group 4), Qwen2 (q/k/v biases, group 7 as Qwen2.5-0.5B),
+// Qwen3 (q/k norms, head_dim 128, untied head).
+std::vector<nlohmann::json> FusedDecodeShapes() {
+  nlohmann::json base = {{"vocab_size", 1003},       {"hidden_size", 256},     {"intermediate_size", 344},
+                         {"num_hidden_layers", 2},   {"max_position_embeddings", 512},
+                         {"rope_theta", 10000.0},    {"tie_word_embeddings", true}};
+  nlohmann::json llama = base, qwen2 = base, qwen3 = base;
+  llama.update({{"model_type", "llama"}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}});
+  qwen2.update({{"model_type", "qwen2"}, {"hidden_size", 448}, {"num_attention_heads", 7},
+                {"num_key_value_heads", 1}});
+  qwen3.update({{"model_type", "qwen3"}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                {"head_dim", 128}, {"tie_word_embeddings", false}});
+  return {llama, qwen2, qwen3};
+}
+
+// Three rows at different positions (the third idle, at the cache's last
+// position) over a span shorter than the cache: the fused step's logits and
+// the keys and values it writes equal the ATen step's, in fp32 and bf16.
+TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    for (const auto& cfg : FusedDecodeShapes()) {
+      std::string what = cfg["model_type"].get<std::string>() + " " + c10::toString(dtype);
+      ModelConfig config = ParseModelConfig(cfg, what).value();
+      ASSERT_TRUE(FusedDecodeFits(config.num_heads, config.num_kv_heads, config.head_dim)) << what;
+      auto model = Transformer::Random(config, {dtype, kGpu, false}, 7);
+      const int64_t max_len = 256, span = 128;
+      KvCache aten = KvCache::Allocate(config, 4, max_len, dtype, kGpu);
+      at::Tensor prompt = at::randint(0, config.vocab_size, {3, 40}, at::TensorOptions().dtype(at::kLong).device(kGpu));
+      at::Tensor slots = at::arange(3, prompt.options());
+      model->Forward(prompt, at::arange(40, prompt.options()).expand({3, 40}), &aten, slots);
+      KvCache fused = aten;  // the same prompt keys and values, copied
+      for (size_t i = 0; i < aten.k.size(); ++i) {
+        fused.k[i] = aten.k[i].clone();
+        fused.v[i] = aten.v[i].clone();
+      }
+      at::Tensor ids = at::randint(0, config.vocab_size, {3, 1}, prompt.options());
+      at::Tensor positions = at::tensor(std::vector<int64_t>{40, 17, max_len - 1}, prompt.options()).view({3, 1});
+      at::Tensor want = model->Decode(ids, positions, aten, span, false).to(at::kFloat);
+      at::Tensor got = model->Decode(ids, positions, fused, span, true).to(at::kFloat);
+      const double tol = dtype == at::kFloat ? 1e-4 : 0.05;
+      const double scale = want.narrow(0, 0, 2).abs().max().item<double>();
+      ExpectNear(got.narrow(0, 0, 2), want.narrow(0, 0, 2), tol * scale, 0, what + " logits");
+      if (dtype == at::kFloat)
+        EXPECT_TRUE(got.narrow(0, 0, 2).argmax(-1).equal(want.narrow(0, 0, 2).argmax(-1))) << what;
+      for (size_t i = 0; i < aten.k.size(); ++i) {
+        for (int64_t b = 0; b < 2; ++b) {
+          const int64_t p = positions[b][0].item<int64_t>();
+          ExpectNear(fused.k[i][b][p], aten.k[i][b][p], dtype == at::kFloat ? 1e-5 : 0.02, 0.01, what + " key");
+          ExpectNear(fused.v[i][b][p], aten.v[i][b][p], dtype == at::kFloat ? 1e-5 : 0.02, 0.01, what + " value");
+        }
+      }
+    }
+  }
+}
+
+// Greedy generation through captured graphs: the fused decode gives the
+// tokens the ATen decode gives (fp32), batch 1 and a batch of 3 with a slot
+// freed and refilled.
+TEST(FusedOpsGpuTest, FusedDecodeGeneratesTheSameTokens) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  for (const auto& cfg : FusedDecodeShapes()) {
+    ModelConfig config = ParseModelConfig(cfg, "fused").value();
+    auto model = Transformer::Random(config, {at::kFloat, kGpu, false}, 11);
+    std::vector<GenerationRequest> requests;
+    for (int r = 0; r < 4; ++r) {
+      GenerationRequest q;
+      for (int t = 0; t < 5 + 7 * r; ++t) q.prompt.push_back((t * 37 + r * 101) % config.vocab_size);
+      q.sampling.temperature = 0;
+      q.sampling.max_new_tokens = 20 + 5 * r;
+      requests.push_back(q);
+    }
+    for (int64_t slots : {1, 3}) {
+      GeneratorOptions plain{slots, 256, 0}, fused = plain;
+      fused.fused_decode = true;
+      auto want = Generator(*model, nullptr, plain).Generate(requests);
+      Generator gen(*model, nullptr, fused);
+      auto got = gen.Generate(requests);
+      for (size_t i = 0; i < requests.size(); ++i)
+        EXPECT_EQ(got[i].tokens, want[i].tokens) << cfg["model_type"] << " slots " << slots << " request " << i;
+      EXPECT_GT(gen.stats().graph_replays, 0);
+    }
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 namespace cuda_agent::model {
 
 // Per row of logits [N, V]: the log-probability of targets[n] (int64) and the
@@ -27,5 +29,30 @@ at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up);
 
 // True where the fused CUDA kernels are built in.
 bool HaveFusedKernels();
+
+// ---- The decode step in a few kernels per layer (CUDA; Transformer::Decode) ----
+
+// Rows (one new token each) one fused decode step takes at most; whether a
+// model's attention shape fits the fused attention kernel.
+int64_t FusedDecodeMaxRows();
+bool FusedDecodeFits(int64_t heads, int64_t kv_heads, int64_t head_dim);
+
+struct LinearWeights {
+  at::Tensor weight, bias;  // [out, in] and [out] or undefined
+};
+// For x [B, in]: the concatenated outputs of `parts` applied to x, or to
+// RMSNorm(x) * norm_weight when norm_weight is defined; with `swiglu`,
+// silu(parts[0] x) * (parts[1] x). `residual` [B, out] is added when defined.
+// One kernel; every weight is read once for all rows.
+at::Tensor DecodeLinear(const at::Tensor& x, const at::Tensor& norm_weight, double eps,
+                        const std::vector<LinearWeights>& parts, bool swiglu, const at::Tensor& residual);
+
+// For qkv [B, (heads + 2 kv_heads) * head_dim] of rows at positions [B]: q/k
+// RMSNorm (when the weights are defined), rotary, k and v written into
+// k_cache/v_cache [slots, max_len, kv_heads, head_dim] at slot b, and
+// attention over keys 0..positions[b] (< span). Returns [B, heads * head_dim].
+at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& inv_freq,
+                           const at::Tensor& q_norm, const at::Tensor& k_norm, double eps, at::Tensor& k_cache,
+                           at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span);
 
 }  // namespace cuda_agent::model

@@ -61,6 +61,9 @@ struct GeneratorOptions {
   // The same fixed-shape decode over leading slots without graphs, on any
   // device (lets CPU tests check what the graphs capture).
   bool slot_decode = false;
+  // On CUDA, decode steps of up to FusedDecodeMaxRows() rows in five fused
+  // kernels per layer (Transformer::Decode's `fused`).
+  bool fused_decode = false;
 };
 
 struct GeneratorStats {

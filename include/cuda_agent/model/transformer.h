@@ -59,8 +59,11 @@ class Transformer {
   // One new token for each of the cache's first B slots (row b is slot b):
   // ids, positions [B, 1]; keys at positions < span are visible, and
   // span > every position. Returns logits [B, V]. No host synchronisation and
-  // fixed shapes for fixed (B, span), so a CUDA graph can capture it.
-  at::Tensor Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const;
+  // fixed shapes for fixed (B, span), so a CUDA graph can capture it. `fused`:
+  // on CUDA, up to FusedDecodeMaxRows() rows in five fused kernels per layer
+  // (model/fused_ops.h) where the attention shape fits; ATen ops otherwise.
+  at::Tensor Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
+                    bool fused = false) const;
 
   // Hugging Face name -> parameter; the value head as value_head.weight/bias.
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const;
@@ -75,6 +78,7 @@ class Transformer {
 
  private:
   Transformer();
+  at::Tensor DecodeFused(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const;
   template <typename Attend>
   at::Tensor Run(const at::Tensor& ids, const at::Tensor& positions, at::Tensor* values, Attend&& attend) const;
   struct Impl;
