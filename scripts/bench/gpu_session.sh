@@ -9,9 +9,10 @@
 #               then the CPU-labelled model and rl tests on this host
 #   judgetests  the judge's GPU tests (honest, wrong and cheating candidates)
 #   judge       worker throughput (CUDA) and the paper recipe on the same candidates
-#   policy      bf16 logit parity and decode throughput, Qwen2.5-0.5B-shaped
-#   learner     PPO update tokens/s and MFU, Qwen2.5-0.5B-shaped, bf16, 4096
-#               tokens; on one GPU and, where there are two, on both
+#   policy      bf16 logit parity and decode throughput (with and without the
+#               fused decode kernels, kernel profiles), Qwen2.5-0.5B-shaped
+#   learner     PPO update tokens/s, MFU and kernel profile, Qwen2.5-0.5B-shaped,
+#               bf16, 4096 tokens; on one GPU and, where there are two, on both
 set -uo pipefail
 out=$1
 shift
@@ -47,7 +48,7 @@ for step in "$@"; do
         $build/learner_bench "${args[@]}" --profile --json "$out/learner_mb$mb.json" >> "$out/learner.log" 2>&1
         if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
           python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/learner_bench "${args[@]}" \
-            --json "$out/learner_2gpu_mb$mb.json" >> "$out/learner.log" 2>&1
+            --profile --json "$out/learner_2gpu_mb$mb.json" >> "$out/learner.log" 2>&1
         fi
       done
       ;;

@@ -298,13 +298,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvAr
 }
 
 constexpr int kAttentionWarps = 8;
+constexpr int kAttentionChunk = 64;  // key positions per block
 
-// One block per (row, key head): the group of query heads that share the key
-// head. E = head_dim / 32 elements per lane.
+// One block per (row b, key head g, chunk z of kAttentionChunk key positions):
+// the group of query heads sharing key head g against the chunk's keys. Chunk
+// 0 writes the new key and value into the cache; every block takes the new
+// position's key and value from its own registers, so none waits for another.
+// With several chunks each block leaves its partial softmax in `partial`, and
+// the last block of (b, g) to finish (counted in `counters`) merges them.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(DecodeAttentionArgs a) {
-  constexpr int E = HD / 32, G = kDecodeMaxGroup, half = HD / 2;
-  const int64_t b = blockIdx.x, g = blockIdx.y;
+  constexpr int G = kDecodeMaxGroup, half = HD / 2;
+  const int64_t b = blockIdx.x, g = blockIdx.y, z = blockIdx.z, chunks = gridDim.z;
   const int group = static_cast<int>(a.heads / a.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t pos = a.positions[b];
@@ -312,6 +317,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
   __shared__ float head[G + 2][HD];
   __shared__ float part_m[kAttentionWarps][G], part_s[kAttentionWarps][G];
   __shared__ float part_acc[kAttentionWarps][G][HD];
+  __shared__ bool merge;
   const T* row = static_cast<const T*>(a.qkv) + b * (a.heads + 2 * a.kv_heads) * HD;
   for (int i = threadIdx.x; i < (group + 2) * HD; i += blockDim.x) {
     const int h = i / HD, d = i % HD;
@@ -339,14 +345,20 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
     head[h][d + half] = x1 * c + x0 * s;
   }
   __syncthreads();
+  // The new key and value as the cache holds them (in T).
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    head[group][d] = ToFloat(FromFloat<T>(head[group][d]));
+    head[group + 1][d] = ToFloat(FromFloat<T>(head[group + 1][d]));
+  }
+  __syncthreads();
   T* kc = static_cast<T*>(a.k_cache) + (b * a.max_len * a.kv_heads + g) * HD;  // position 0 of slot b, head g
   T* vc = static_cast<T*>(a.v_cache) + (b * a.max_len * a.kv_heads + g) * HD;
   const int64_t stride = a.kv_heads * HD;  // between positions
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    kc[pos * stride + d] = FromFloat<T>(head[group][d]);
-    vc[pos * stride + d] = FromFloat<T>(head[group + 1][d]);
-  }
-  __syncthreads();  // the block's cache writes are visible to its reads below
+  if (z == 0)
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+      kc[pos * stride + d] = FromFloat<T>(head[group][d]);
+      vc[pos * stride + d] = FromFloat<T>(head[group + 1][d]);
+    }
 
   // Lanes work in groups of L, one key position per group, 8 elements of the
   // head per lane (16-byte loads): a warp has P positions in flight. Each
@@ -365,31 +377,43 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
       acc[h][e] = 0;
     }
   }
-  const int64_t last = pos < a.span ? pos : a.span - 1;
-  for (int64_t t0 = static_cast<int64_t>(warp) * P; t0 <= last; t0 += kAttentionWarps * P) {
+  const int64_t last = pos < a.span ? pos : a.span - 1;  // idle rows (pos >= span) see the span
+  const int64_t begin = z * kAttentionChunk, end = begin + kAttentionChunk <= last + 1 ? begin + kAttentionChunk : last + 1;
+  for (int64_t t0 = begin + static_cast<int64_t>(warp) * P; t0 < end; t0 += kAttentionWarps * P) {
     const int64_t t = t0 + sub;
-    const bool valid = t <= last;
-    Pack<T, 8> kp, vp;
-    if (valid) {
-      kp = *reinterpret_cast<const Pack<T, 8>*>(kc + t * stride + part * 8);
-      vp = *reinterpret_cast<const Pack<T, 8>*>(vc + t * stride + part * 8);
+    const bool valid = t < end;
+    float kf[8], vf[8];
+    if (valid && t == pos) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        kf[e] = head[group][part * 8 + e];
+        vf[e] = head[group + 1][part * 8 + e];
+      }
+    } else if (valid) {
+      const Pack<T, 8> kp = *reinterpret_cast<const Pack<T, 8>*>(kc + t * stride + part * 8);
+      const Pack<T, 8> vp = *reinterpret_cast<const Pack<T, 8>*>(vc + t * stride + part * 8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        kf[e] = ToFloat(kp.v[e]);
+        vf[e] = ToFloat(vp.v[e]);
+      }
     }
 #pragma unroll
     for (int h = 0; h < G; ++h) {
       if (h >= group) break;
       float dot = 0;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) dot += valid ? q[h][e] * ToFloat(kp.v[e]) : 0.f;
+      for (int e = 0; e < 8; ++e) dot += valid ? q[h][e] * kf[e] : 0.f;
       for (int offset = L / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffff, dot, offset);
       if (!valid) continue;
       const float m_new = fmaxf(m[h], dot), f = expf(m[h] - m_new), p = expf(dot - m_new);
       s[h] = s[h] * f + p;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[h][e] = acc[h][e] * f + p * ToFloat(vp.v[e]);
+      for (int e = 0; e < 8; ++e) acc[h][e] = acc[h][e] * f + p * vf[e];
       m[h] = m_new;
     }
   }
-  // Merge the P groups of the warp (lanes with the same `part`).
+  // Merge the P groups of the warp (lanes with the same `part`), then the warps.
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     if (h >= group) break;
@@ -414,7 +438,10 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
       for (int e = 0; e < 8; ++e) part_acc[warp][h][part * 8 + e] = acc[h][e];
   }
   __syncthreads();
-  T* out = static_cast<T*>(a.out) + b * a.heads * HD;
+  // The block's softmax over its chunk, per (head h, element d): its max, sum
+  // and unnormalised output.
+  const int64_t bg = b * a.kv_heads + g;
+  float* pm = a.partial + bg * chunks * G * (HD + 2);  // per chunk: G maxima, G sums, G x HD outputs
   for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
     const int h = i / HD, d = i % HD;
     float M = -INFINITY;
@@ -426,7 +453,44 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
       S += part_s[w][h] * f;
       O += part_acc[w][h][d] * f;
     }
-    out[(g * group + h) * HD + d] = FromFloat<T>(O / S);
+    if (chunks == 1) {
+      static_cast<T*>(a.out)[b * a.heads * HD + (g * group + h) * HD + d] = FromFloat<T>(O / S);
+      continue;
+    }
+    float* mine = pm + z * G * (HD + 2);
+    if (d == 0) {
+      mine[h] = M;
+      mine[G + h] = S;
+    }
+    mine[2 * G + h * HD + d] = O;
+  }
+  if (chunks == 1) return;
+  // The last block of (b, g) to finish merges the chunks.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    merge = atomicAdd(a.counters + bg, 1) == chunks - 1;
+    if (merge) a.counters[bg] = 0;  // ready for the next step
+  }
+  __syncthreads();
+  if (!merge) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int h = i / HD, d = i % HD;
+    float M = -INFINITY;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const volatile float* p = pm + c * G * (HD + 2);
+      if (p[G + h] > 0) M = fmaxf(M, p[h]);
+    }
+    float S = 0, O = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const volatile float* p = pm + c * G * (HD + 2);
+      if (p[G + h] == 0) continue;  // a chunk past the row's last position
+      const float f = expf(p[h] - M);
+      S += p[G + h] * f;
+      O += p[2 * G + h * HD + d] * f;
+    }
+    static_cast<T*>(a.out)[b * a.heads * HD + (g * group + h) * HD + d] = FromFloat<T>(O / S);
   }
 }
 
@@ -581,13 +645,16 @@ int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
   });
 }
 
+int64_t DecodeAttentionChunks(int64_t span) { return std::max<int64_t>(1, (span + kAttentionChunk - 1) / kAttentionChunk); }
+
 int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t stream) {
   if (args.batch == 0) return 0;
   const int64_t group = args.kv_heads > 0 ? args.heads / args.kv_heads : 0;
   if (group < 1 || group > kDecodeMaxGroup || args.heads % args.kv_heads != 0 ||
       (args.head_dim != 64 && args.head_dim != 128))
     return static_cast<int>(cudaErrorInvalidValue);
-  const dim3 grid(static_cast<unsigned>(args.batch), static_cast<unsigned>(args.kv_heads));
+  const dim3 grid(static_cast<unsigned>(args.batch), static_cast<unsigned>(args.kv_heads),
+                  static_cast<unsigned>(DecodeAttentionChunks(args.span)));
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (args.head_dim == 64)

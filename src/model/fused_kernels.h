@@ -79,7 +79,14 @@ struct DecodeAttentionArgs {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   void* out = nullptr;
+  // Work space of a split over key positions: DecodeAttentionChunks(span)
+  // partial results per (row, key head) of kDecodeMaxGroup * (head_dim + 2)
+  // floats each, and one int per (row, key head), zero before the launch (the
+  // kernel leaves it zero).
+  float* partial = nullptr;
+  int* counters = nullptr;
 };
+int64_t DecodeAttentionChunks(int64_t span);
 int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace cuda_agent::model::kernels

@@ -209,7 +209,8 @@ at::Tensor DecodeLinear(const at::Tensor& x, const at::Tensor& norm_weight, doub
 
 at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& inv_freq,
                            const at::Tensor& q_norm, const at::Tensor& k_norm, double eps, at::Tensor& k_cache,
-                           at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span) {
+                           at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span,
+                           const at::Tensor& counters) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   const int64_t hd = k_cache.size(3);
   TORCH_CHECK(Fusable(qkv) && qkv.is_contiguous() && FusedDecodeFits(heads, kv_heads, hd) &&
@@ -233,8 +234,15 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   a.k_cache = k_cache.data_ptr();
   a.v_cache = v_cache.data_ptr();
+  TORCH_CHECK(counters.scalar_type() == at::kInt && counters.is_contiguous() && counters.numel() >= a.batch * kv_heads,
+              "DecodeAttention: counters must be ", a.batch * kv_heads, " contiguous int32 zeros");
   at::Tensor out = at::empty({a.batch, heads * hd}, qkv.options());
+  at::Tensor partial = at::empty({a.batch * kv_heads * kernels::DecodeAttentionChunks(span) *
+                                  kernels::kDecodeMaxGroup * (hd + 2)},
+                                 qkv.options().dtype(at::kFloat));
   a.out = out.data_ptr();
+  a.partial = partial.data_ptr<float>();
+  a.counters = counters.data_ptr<int>();
   Check(kernels::DecodeAttention(KernelDtype(qkv), a, Stream(qkv)), "decode attention");
   return out;
 #else

@@ -331,6 +331,7 @@ at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& pos
   const ModelConfig& c = m.config;
   const double eps = c.rms_norm_eps;
   at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids.view({-1}));  // [B, hidden]
+  at::Tensor counters = at::zeros({c.num_layers, ids.size(0) * c.num_kv_heads}, ids.options().dtype(at::kInt));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string p = "model.layers." + std::to_string(i) + ".";
     auto linear = [&](const std::string& name) {
@@ -341,7 +342,8 @@ at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& pos
                                   {linear("self_attn.q_proj"), linear("self_attn.k_proj"), linear("self_attn.v_proj")},
                                   false, {});
     at::Tensor attn = DecodeAttention(qkv, positions, m.inv_freq, norm("self_attn.q_norm"), norm("self_attn.k_norm"),
-                                      eps, cache.k[i], cache.v[i], c.num_heads, c.num_kv_heads, span);
+                                      eps, cache.k[i], cache.v[i], c.num_heads, c.num_kv_heads, span,
+                                      counters[i]);
     h = DecodeLinear(attn, {}, eps, {linear("self_attn.o_proj")}, false, h);
     at::Tensor act = DecodeLinear(h, m.P(p + "post_attention_layernorm.weight"), eps,
                                   {linear("mlp.gate_proj"), linear("mlp.up_proj")}, true, {});

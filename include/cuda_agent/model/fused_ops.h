@@ -50,9 +50,12 @@ at::Tensor DecodeLinear(const at::Tensor& x, const at::Tensor& norm_weight, doub
 // For qkv [B, (heads + 2 kv_heads) * head_dim] of rows at positions [B]: q/k
 // RMSNorm (when the weights are defined), rotary, k and v written into
 // k_cache/v_cache [slots, max_len, kv_heads, head_dim] at slot b, and
-// attention over keys 0..positions[b] (< span). Returns [B, heads * head_dim].
+// attention over keys 0..positions[b] (< span), split over blocks of key
+// positions. `counters`: B * kv_heads int32 zeros (left zero). Returns
+// [B, heads * head_dim].
 at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& inv_freq,
                            const at::Tensor& q_norm, const at::Tensor& k_norm, double eps, at::Tensor& k_cache,
-                           at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span);
+                           at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span,
+                           const at::Tensor& counters);
 
 }  // namespace cuda_agent::model
