@@ -204,6 +204,18 @@ __global__ void SwiGluBackwardKernel(const T* __restrict__ gate, const T* __rest
 
 constexpr int kGemvWarps = 8;
 
+// Programmatic dependent launch (Hopper): the decode kernels are launched
+// while the previous one runs; each starts with what does not depend on it
+// (prefetching its weights into L2), waits for it, then lets the next launch.
+__device__ inline void AwaitPreviousKernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // Sums v over the warp; every lane gets the total.
 __device__ inline float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
@@ -219,6 +231,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvAr
   const int64_t k = a.k;
   const int batch = static_cast<int>(a.batch);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The first rows of this warp's weights, a 128-byte line per lane.
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp, i = 0; j < n && i < 4;
+       j += static_cast<int64_t>(gridDim.x) * kGemvWarps, ++i) {
+    int seg = 0;
+    int64_t r = j;
+    if constexpr (!kSwiGlu) {
+      while (seg < 2 && r >= a.m[seg].rows) r -= a.m[seg++].rows;
+    }
+    const char* w = static_cast<const char*>(a.m[seg].w) + r * k * sizeof(T);
+    for (int64_t off = lane * 128; off < k * static_cast<int64_t>(sizeof(T)); off += 32 * 128) PrefetchL2(w + off);
+    if constexpr (kSwiGlu) {
+      const char* w2 = static_cast<const char*>(a.m[1].w) + r * k * sizeof(T);
+      for (int64_t off = lane * 128; off < k * static_cast<int64_t>(sizeof(T)); off += 32 * 128) PrefetchL2(w2 + off);
+    }
+  }
+  AwaitPreviousKernel();
   __shared__ float rstd[R];
   if constexpr (kNorm) {
     __shared__ float partial[kGemvWarps][R];
@@ -312,6 +340,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
   const int64_t b = blockIdx.x, g = blockIdx.y, z = blockIdx.z, chunks = gridDim.z;
   const int group = static_cast<int>(a.heads / a.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  AwaitPreviousKernel();
   const int64_t pos = a.positions[b];
   // Heads 0..group-1: queries; head `group`: the key; head group+1: the value.
   __shared__ float head[G + 2][HD];
@@ -604,6 +633,28 @@ int SwiGluBackward(Dtype dtype, const void* gate, const void* up, const void* gr
   });
 }
 
+// Launches with programmatic stream serialisation where the device has it
+// (compute capability 9.0 and later).
+template <typename... Params, typename... Args>
+void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  static const bool pdl = [] {
+    int device = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    return major >= 9;
+  }();
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
   const int64_t n = args.swiglu ? args.m[0].rows : args.m[0].rows + args.m[1].rows + args.m[2].rows;
   if (args.batch == 0 || n == 0) return 0;
@@ -623,8 +674,8 @@ int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
     }();
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + kGemvWarps - 1) / kGemvWarps, resident));
     auto launch = [&](auto width, auto norm, auto swiglu) {
-      DecodeGemvKernel<T, decltype(width)::value, decltype(norm)::value, decltype(swiglu)::value>
-          <<<blocks, kGemvWarps * 32, 0, stream>>>(args, n);
+      LaunchDependent(DecodeGemvKernel<T, decltype(width)::value, decltype(norm)::value, decltype(swiglu)::value>,
+                      dim3(blocks), dim3(kGemvWarps * 32), stream, args, n);
     };
     auto with_width = [&](auto norm, auto swiglu) {
       if (packed)
@@ -658,9 +709,9 @@ int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t s
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (args.head_dim == 64)
-      DecodeAttentionKernel<T, 64><<<grid, kAttentionWarps * 32, 0, stream>>>(args);
+      LaunchDependent(DecodeAttentionKernel<T, 64>, grid, dim3(kAttentionWarps * 32), stream, args);
     else
-      DecodeAttentionKernel<T, 128><<<grid, kAttentionWarps * 32, 0, stream>>>(args);
+      LaunchDependent(DecodeAttentionKernel<T, 128>, grid, dim3(kAttentionWarps * 32), stream, args);
   });
 }
 
