@@ -49,6 +49,7 @@ void Check(int error, const char* kernel) {
 // The gradient an output received, fp32 and contiguous, or undefined.
 at::Tensor FloatGrad(const at::Tensor& g) { return g.defined() ? g.to(at::kFloat).contiguous() : at::Tensor(); }
 const float* Ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+const void* DataOrNull(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 struct TokenLogprobsFn : torch::autograd::Function<TokenLogprobsFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets) {
@@ -168,12 +169,6 @@ bool FusedDecodeFits(int64_t heads, int64_t kv_heads, int64_t head_dim) {
   return false;
 #endif
 }
-
-#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
-namespace {
-const void* DataOrNull(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-}  // namespace
-#endif
 
 at::Tensor DecodeLinear(const at::Tensor& x, const at::Tensor& norm_weight, double eps,
                         const std::vector<LinearWeights>& parts, bool swiglu, const at::Tensor& residual) {
