@@ -74,8 +74,8 @@ struct SoftmaxState {
 
 constexpr int kRowThreads = 512;
 
-__device__ SoftmaxState BlockMerge(SoftmaxState st) {
-  __shared__ SoftmaxState warps[kRowThreads / 32];
+// Merges the states of the warp's lanes; every lane gets the result.
+__device__ SoftmaxState WarpMerge(SoftmaxState st) {
   for (int offset = 16; offset > 0; offset /= 2) {
     SoftmaxState o;
     o.m = __shfl_xor_sync(0xffffffff, st.m, offset);
@@ -83,19 +83,16 @@ __device__ SoftmaxState BlockMerge(SoftmaxState st) {
     o.u = __shfl_xor_sync(0xffffffff, st.u, offset);
     st.Merge(o);
   }
+  return st;
+}
+
+__device__ SoftmaxState BlockMerge(SoftmaxState st) {
+  __shared__ SoftmaxState warps[kRowThreads / 32];
+  st = WarpMerge(st);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) warps[warp] = st;
   __syncthreads();
-  if (warp == 0) {
-    st = lane < static_cast<int>(blockDim.x / 32) ? warps[lane] : SoftmaxState();
-    for (int offset = 16; offset > 0; offset /= 2) {
-      SoftmaxState o;
-      o.m = __shfl_xor_sync(0xffffffff, st.m, offset);
-      o.s = __shfl_xor_sync(0xffffffff, st.s, offset);
-      o.u = __shfl_xor_sync(0xffffffff, st.u, offset);
-      st.Merge(o);
-    }
-  }
+  if (warp == 0) st = WarpMerge(lane < static_cast<int>(blockDim.x / 32) ? warps[lane] : SoftmaxState());
   return st;  // complete in thread 0
 }
 
@@ -222,6 +219,17 @@ __device__ inline float WarpSum(float v) {
   return v;
 }
 
+// The matrix of output row j and the row within it (SwiGLU: m[0] and m[1] alike).
+template <bool kSwiGlu>
+__device__ inline int MatrixOf(const DecodeGemvArgs& a, int64_t j, int64_t* r) {
+  int seg = 0;
+  *r = j;
+  if constexpr (!kSwiGlu) {
+    while (seg < 2 && *r >= a.m[seg].rows) *r -= a.m[seg++].rows;
+  }
+  return seg;
+}
+
 // One warp per output row; V elements per load. kNorm: RMSNorm of x first.
 template <typename T, int V, bool kNorm, bool kSwiGlu>
 __global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvArgs a, int64_t n) {
@@ -234,11 +242,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvAr
   // The first rows of this warp's weights, a 128-byte line per lane.
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp, i = 0; j < n && i < 4;
        j += static_cast<int64_t>(gridDim.x) * kGemvWarps, ++i) {
-    int seg = 0;
-    int64_t r = j;
-    if constexpr (!kSwiGlu) {
-      while (seg < 2 && r >= a.m[seg].rows) r -= a.m[seg++].rows;
-    }
+    int64_t r;
+    const int seg = MatrixOf<kSwiGlu>(a, j, &r);
     const char* w = static_cast<const char*>(a.m[seg].w) + r * k * sizeof(T);
     for (int64_t off = lane * 128; off < k * static_cast<int64_t>(sizeof(T)); off += 32 * 128) PrefetchL2(w + off);
     if constexpr (kSwiGlu) {
@@ -274,11 +279,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvAr
   }
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp; j < n;
        j += static_cast<int64_t>(gridDim.x) * kGemvWarps) {
-    int seg = 0;
-    int64_t r = j;
-    if constexpr (!kSwiGlu) {
-      while (seg < 2 && r >= a.m[seg].rows) r -= a.m[seg++].rows;
-    }
+    int64_t r;
+    const int seg = MatrixOf<kSwiGlu>(a, j, &r);
     const T* w = static_cast<const T*>(a.m[seg].w) + r * k;
     const T* w2 = kSwiGlu ? static_cast<const T*>(a.m[1].w) + r * k : nullptr;
     float acc[R] = {}, acc2[R] = {};
@@ -546,11 +548,22 @@ int Dispatch(Dtype dtype, F&& f) {
   return static_cast<int>(cudaGetLastError());
 }
 
-// Rows of `vocab` elements are read in 16-byte packs when every row starts aligned.
+// Rows (or runs) of n elements at `pointers` can move in 16-byte packs: n is
+// a multiple of the pack and every pointer given (not null) is aligned.
 template <typename T>
-bool Packed(const void* p, int64_t vocab) {
-  constexpr int64_t n = 16 / sizeof(T);
-  return vocab % n == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+bool Packed(std::initializer_list<const void*> pointers, int64_t n) {
+  bool packed = n % static_cast<int64_t>(16 / sizeof(T)) == 0;
+  for (const void* p : pointers) packed = packed && (p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0);
+  return packed;
+}
+
+// Calls launch(width) with width the pack (16 bytes of T) or 1, as a constant.
+template <typename T, typename Launch>
+void WithPackWidth(bool packed, Launch&& launch) {
+  if (packed)
+    launch(std::integral_constant<int, 16 / sizeof(T)>{});
+  else
+    launch(std::integral_constant<int, 1>{});
 }
 
 }  // namespace
@@ -560,12 +573,10 @@ int TokenLogprobsForward(Dtype dtype, const void* logits, int64_t rows, int64_t 
   if (rows == 0) return 0;
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T* z = static_cast<const T*>(logits);
-    if (Packed<T>(logits, vocab))
-      TokenLogprobsForwardKernel<T, 16 / sizeof(T)>
-          <<<rows, kRowThreads, 0, stream>>>(z, vocab, targets, logp, entropy, stats);
-    else
-      TokenLogprobsForwardKernel<T, 1><<<rows, kRowThreads, 0, stream>>>(z, vocab, targets, logp, entropy, stats);
+    WithPackWidth<T>(Packed<T>({logits}, vocab), [&](auto width) {
+      TokenLogprobsForwardKernel<T, decltype(width)::value><<<rows, kRowThreads, 0, stream>>>(
+          static_cast<const T*>(logits), vocab, targets, logp, entropy, stats);
+    });
   });
 }
 
@@ -575,14 +586,11 @@ int TokenLogprobsBackward(Dtype dtype, const void* logits, int64_t rows, int64_t
   if (rows == 0) return 0;
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T* z = static_cast<const T*>(logits);
-    T* g = static_cast<T*>(grad_logits);
-    if (Packed<T>(logits, vocab) && Packed<T>(grad_logits, vocab))
-      TokenLogprobsBackwardKernel<T, 16 / sizeof(T)>
-          <<<rows, kRowThreads, 0, stream>>>(z, vocab, targets, grad_logp, grad_entropy, stats, entropy, g);
-    else
-      TokenLogprobsBackwardKernel<T, 1>
-          <<<rows, kRowThreads, 0, stream>>>(z, vocab, targets, grad_logp, grad_entropy, stats, entropy, g);
+    WithPackWidth<T>(Packed<T>({logits, grad_logits}, vocab), [&](auto width) {
+      TokenLogprobsBackwardKernel<T, decltype(width)::value><<<rows, kRowThreads, 0, stream>>>(
+          static_cast<const T*>(logits), vocab, targets, grad_logp, grad_entropy, stats, entropy,
+          static_cast<T*>(grad_logits));
+    });
   });
 }
 
@@ -598,22 +606,12 @@ int Rotary(Dtype dtype, const void* x, const void* cos, const void* sin, int64_t
   });
 }
 
-// Elementwise launches in 16-byte packs where every pointer allows, else one by one.
-template <typename T, typename Launch>
-void ElementwisePacked(int64_t n, std::initializer_list<const void*> pointers, Launch&& launch) {
-  bool packed = true;
-  for (const void* p : pointers) packed = packed && Packed<T>(p, n);
-  if (packed)
-    launch(std::integral_constant<int, 16 / sizeof(T)>{}, n / (16 / sizeof(T)));
-  else
-    launch(std::integral_constant<int, 1>{}, n);
-}
-
 int SwiGluForward(Dtype dtype, const void* gate, const void* up, int64_t n, void* out, cudaStream_t stream) {
   if (n == 0) return 0;
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ElementwisePacked<T>(n, {gate, up, out}, [&](auto width, int64_t packs) {
+    WithPackWidth<T>(Packed<T>({gate, up, out}, n), [&](auto width) {
+      const int64_t packs = n / decltype(width)::value;
       SwiGluForwardKernel<T, decltype(width)::value><<<ElementwiseBlocks(packs, 256), 256, 0, stream>>>(
           static_cast<const T*>(gate), static_cast<const T*>(up), packs, static_cast<T*>(out));
     });
@@ -625,7 +623,8 @@ int SwiGluBackward(Dtype dtype, const void* gate, const void* up, const void* gr
   if (n == 0) return 0;
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ElementwisePacked<T>(n, {gate, up, grad_out, grad_gate, grad_up}, [&](auto width, int64_t packs) {
+    WithPackWidth<T>(Packed<T>({gate, up, grad_out, grad_gate, grad_up}, n), [&](auto width) {
+      const int64_t packs = n / decltype(width)::value;
       SwiGluBackwardKernel<T, decltype(width)::value><<<ElementwiseBlocks(packs, 256), 256, 0, stream>>>(
           static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(grad_out), packs,
           static_cast<T*>(grad_gate), static_cast<T*>(grad_up));
@@ -661,9 +660,7 @@ int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
   if (args.batch > kDecodeMaxRows) return static_cast<int>(cudaErrorInvalidValue);
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    bool packed = args.k % (16 / sizeof(T)) == 0;
-    for (const void* p : {args.x, args.norm_weight, args.m[0].w, args.m[1].w, args.m[2].w})
-      packed = packed && (p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0);
+    const bool packed = Packed<T>({args.x, args.norm_weight, args.m[0].w, args.m[1].w, args.m[2].w}, args.k);
     // Enough blocks to keep every SM streaming weights; each computes the
     // norm's statistics once and then loops over its rows.
     static const int64_t resident = [] {
@@ -673,15 +670,11 @@ int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
       return static_cast<int64_t>(sms > 0 ? sms : 132) * 4;
     }();
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + kGemvWarps - 1) / kGemvWarps, resident));
-    auto launch = [&](auto width, auto norm, auto swiglu) {
-      LaunchDependent(DecodeGemvKernel<T, decltype(width)::value, decltype(norm)::value, decltype(swiglu)::value>,
-                      dim3(blocks), dim3(kGemvWarps * 32), stream, args, n);
-    };
     auto with_width = [&](auto norm, auto swiglu) {
-      if (packed)
-        launch(std::integral_constant<int, 16 / sizeof(T)>{}, norm, swiglu);
-      else
-        launch(std::integral_constant<int, 1>{}, norm, swiglu);
+      WithPackWidth<T>(packed, [&](auto width) {
+        LaunchDependent(DecodeGemvKernel<T, decltype(width)::value, decltype(norm)::value, decltype(swiglu)::value>,
+                        dim3(blocks), dim3(kGemvWarps * 32), stream, args, n);
+      });
     };
     auto with_norm = [&](auto swiglu) {
       if (args.norm_weight)

@@ -137,10 +137,9 @@ UpdateMetrics Learner::Update(RolloutBatch& batch) {
         auto shifted = ShiftedLogprobs(policy_.Forward(micro.tokens, Positions(micro.tokens)), micro.tokens);
         at::Tensor logp = shifted.logprobs;
         at::Tensor loss = PolicyLoss(logp, micro.old_logprobs, micro.advantages, mask, config_.policy, scale);
-        at::Tensor entropy = config_.entropy_coef > 0 ? shifted.entropy : shifted.entropy.detach(), kl;
         if (config_.entropy_coef > 0)
-          loss = loss - config_.entropy_coef * Aggregate(entropy, mask, config_.policy.aggregation, scale);
-        entropy = entropy.detach();
+          loss = loss - config_.entropy_coef * Aggregate(shifted.entropy, mask, config_.policy.aggregation, scale);
+        at::Tensor entropy = shifted.entropy.detach(), kl;
         if (config_.kl_coef > 0 && reference_ != nullptr) {
           at::Tensor ref;
           {
