@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   auto config = cuda_agent::cli::AddConfigCommand(&app);
   auto worker = cuda_agent::cli::AddWorkerCommand(&app);
   auto generate = cuda_agent::cli::AddGenerateCommand(&app);
+  auto train = cuda_agent::cli::AddTrainCommand(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -22,5 +23,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("config")) return config();
   if (app.got_subcommand("worker")) return worker();
   if (app.got_subcommand("generate")) return generate();
+  if (app.got_subcommand("train")) return train();
   return 2;
 }

@@ -29,6 +29,8 @@ std::function<int()> AddConfigCommand(CLI::App* app);
 std::function<int()> AddWorkerCommand(CLI::App* app);
 // Registers `generate` (sample from a checkpoint with the policy's generator).
 std::function<int()> AddGenerateCommand(CLI::App* app);
+// Registers `train` (the RL training loop).
+std::function<int()> AddTrainCommand(CLI::App* app);
 
 // Prints `status` and returns the exit code for it: 2 for bad usage or input, 1 otherwise.
 int Fail(const Status& status);

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <initializer_list>
 #include <type_traits>
 
@@ -200,10 +202,14 @@ __global__ void SwiGluBackwardKernel(const T* __restrict__ gate, const T* __rest
 // ---- Decode ----
 
 constexpr int kGemvWarps = 8;
+// Weights a GEMV block copies into shared memory before waiting for the
+// previous kernel. Two such blocks fit on one SM (227 KB), so a kernel stages
+// its weights while the one before it still runs.
+constexpr int64_t kGemvStageBytes = 100 * 1024;
 
 // Programmatic dependent launch (Hopper): the decode kernels are launched
 // while the previous one runs; each starts with what does not depend on it
-// (prefetching its weights into L2), waits for it, then lets the next launch.
+// (loading its weights), waits for it, then lets the next launch.
 __device__ inline void AwaitPreviousKernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   cudaGridDependencySynchronize();
@@ -213,43 +219,74 @@ __device__ inline void AwaitPreviousKernel() {
 
 __device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// 16 bytes from global to shared memory without passing through registers.
+__device__ inline void CopyAsync16(void* shared, const void* global) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(global));
+#endif
+}
+__device__ inline void CopyAsyncWaitAll() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\ncp.async.wait_all;" ::: "memory");
+#endif
+}
+
 // Sums v over the warp; every lane gets the total.
 __device__ inline float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
   return v;
 }
 
-// The matrix of output row j and the row within it (SwiGLU: m[0] and m[1] alike).
-template <bool kSwiGlu>
-__device__ inline int MatrixOf(const DecodeGemvArgs& a, int64_t j, int64_t* r) {
-  int seg = 0;
-  *r = j;
+// Matrix `mat` of output row j (SwiGLU: 0 gate, 1 up; otherwise the segment
+// holding j, and mat must be 0): its weight row and bias element.
+template <typename T, bool kSwiGlu>
+__device__ inline const T* WeightRow(const DecodeGemvArgs& a, int64_t j, int mat, const T** bias) {
+  int seg = mat;
   if constexpr (!kSwiGlu) {
-    while (seg < 2 && *r >= a.m[seg].rows) *r -= a.m[seg++].rows;
+    while (seg < 2 && j >= a.m[seg].rows) j -= a.m[seg++].rows;
   }
-  return seg;
+  *bias = a.m[seg].bias ? static_cast<const T*>(a.m[seg].bias) + j : nullptr;
+  return static_cast<const T*>(a.m[seg].w) + j * a.k;
 }
 
-// One warp per output row; V elements per load. kNorm: RMSNorm of x first.
+// Block i owns output rows [i * rows_per_block, +rows_per_block). It copies
+// the weights of its first `staged_rows` rows into shared memory before
+// waiting for the previous kernel, then computes; the rest (large matrices
+// such as the LM head) stream from global memory. A warp computes G rows at
+// a time so that several weight rows are in flight; V elements per load.
+// kNorm: RMSNorm of x first.
 template <typename T, int V, bool kNorm, bool kSwiGlu>
-__global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvArgs a, int64_t n) {
-  constexpr int R = kDecodeMaxRows;
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    DecodeGemvKernel(DecodeGemvArgs a, int64_t n, int64_t rows_per_block, int64_t staged_rows) {
+  constexpr int R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1, G = kSwiGlu ? 2 : 4;
+  extern __shared__ __align__(16) unsigned char gemv_stage[];
+  T* stage = reinterpret_cast<T*>(gemv_stage);
   const T* x = static_cast<const T*>(a.x);
   const T* norm_weight = static_cast<const T*>(a.norm_weight);
   const int64_t k = a.k;
   const int batch = static_cast<int>(a.batch);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // The first rows of this warp's weights, a 128-byte line per lane.
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp, i = 0; j < n && i < 4;
-       j += static_cast<int64_t>(gridDim.x) * kGemvWarps, ++i) {
-    int64_t r;
-    const int seg = MatrixOf<kSwiGlu>(a, j, &r);
-    const char* w = static_cast<const char*>(a.m[seg].w) + r * k * sizeof(T);
-    for (int64_t off = lane * 128; off < k * static_cast<int64_t>(sizeof(T)); off += 32 * 128) PrefetchL2(w + off);
-    if constexpr (kSwiGlu) {
-      const char* w2 = static_cast<const char*>(a.m[1].w) + r * k * sizeof(T);
-      for (int64_t off = lane * 128; off < k * static_cast<int64_t>(sizeof(T)); off += 32 * 128) PrefetchL2(w2 + off);
-    }
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const int64_t j1 = j0 + rows_per_block < n ? j0 + rows_per_block : n;
+  const int64_t staged_end = j0 + staged_rows < j1 ? j0 + staged_rows : j1;
+  if constexpr (V > 1) {  // staged only when rows move in 16-byte packs
+    // A warp per weight row (no divisions: they would cost more than the copy).
+    for (int64_t j = j0 + warp; j < staged_end; j += kGemvWarps)
+      for (int mat = 0; mat < M; ++mat) {
+        const T* bias;
+        const T* src = WeightRow<T, kSwiGlu>(a, j, mat, &bias);
+        T* dst = stage + ((j - j0) * M + mat) * k;
+        for (int64_t c = static_cast<int64_t>(lane) * V; c < k; c += 32 * V) CopyAsync16(dst + c, src + c);
+      }
+    // The first streamed rows, into L2.
+    for (int64_t j = staged_end; j < j1 && j < staged_end + 16; ++j)
+      for (int mat = 0; mat < M; ++mat) {
+        const T* bias;
+        const char* w = reinterpret_cast<const char*>(WeightRow<T, kSwiGlu>(a, j, mat, &bias));
+        for (int64_t off = threadIdx.x * 128; off < k * static_cast<int64_t>(sizeof(T)); off += blockDim.x * 128)
+          PrefetchL2(w + off);
+      }
   }
   AwaitPreviousKernel();
   __shared__ float rstd[R];
@@ -275,20 +312,28 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvAr
       for (int w = 0; w < kGemvWarps; ++w) total += partial[w][threadIdx.x];
       rstd[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + a.eps);
     }
-    __syncthreads();
   }
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp; j < n;
-       j += static_cast<int64_t>(gridDim.x) * kGemvWarps) {
-    int64_t r;
-    const int seg = MatrixOf<kSwiGlu>(a, j, &r);
-    const T* w = static_cast<const T*>(a.m[seg].w) + r * k;
-    const T* w2 = kSwiGlu ? static_cast<const T*>(a.m[1].w) + r * k : nullptr;
-    float acc[R] = {}, acc2[R] = {};
+  CopyAsyncWaitAll();
+  __syncthreads();
+  for (int64_t base = j0 + warp * G; base < j1; base += kGemvWarps * G) {
+    const T* w[G][M];
+    const T* bias[G][M];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int mat = 0; mat < M; ++mat) {
+        const int64_t j = base + g < j1 ? base + g : j1 - 1;  // past the end: a duplicate, not written
+        w[g][mat] = WeightRow<T, kSwiGlu>(a, j, mat, &bias[g][mat]);
+        if (j < staged_end) w[g][mat] = stage + ((j - j0) * M + mat) * k;
+      }
+    float acc[G][M][R] = {};
 #pragma unroll 4
     for (int64_t c = static_cast<int64_t>(lane) * V; c < k; c += 32 * V) {
-      const Pack<T, V> wp = *reinterpret_cast<const Pack<T, V>*>(w + c);
-      Pack<T, V> w2p, np;
-      if constexpr (kSwiGlu) w2p = *reinterpret_cast<const Pack<T, V>*>(w2 + c);
+      Pack<T, V> wp[G][M], np;
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int mat = 0; mat < M; ++mat) wp[g][mat] = *reinterpret_cast<const Pack<T, V>*>(w[g][mat] + c);
       if constexpr (kNorm) np = *reinterpret_cast<const Pack<T, V>*>(norm_weight + c);
 #pragma unroll
       for (int b = 0; b < R; ++b) {
@@ -298,32 +343,35 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DecodeGemvKernel(DecodeGemvAr
         for (int i = 0; i < V; ++i) {
           float xv = ToFloat(xp.v[i]);
           if constexpr (kNorm) xv = xv * rstd[b] * ToFloat(np.v[i]);
-          acc[b] += ToFloat(wp.v[i]) * xv;
-          if constexpr (kSwiGlu) acc2[b] += ToFloat(w2p.v[i]) * xv;
+#pragma unroll
+          for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int mat = 0; mat < M; ++mat) acc[g][mat][b] += ToFloat(wp[g][mat].v[i]) * xv;
         }
       }
     }
-    float mine = 0, mine2 = 0;  // lane b keeps row b's sums
 #pragma unroll
-    for (int b = 0; b < R; ++b) {
-      if (b >= batch) break;
-      const float total = WarpSum(acc[b]);
-      const float total2 = kSwiGlu ? WarpSum(acc2[b]) : 0.f;
-      if (lane == b) {
-        mine = total;
-        mine2 = total2;
+    for (int g = 0; g < G; ++g) {
+      float mine[M] = {};  // lane b keeps row b's sums
+#pragma unroll
+      for (int b = 0; b < R; ++b) {
+        if (b >= batch) break;
+#pragma unroll
+        for (int mat = 0; mat < M; ++mat) {
+          const float total = WarpSum(acc[g][mat][b]);
+          if (lane == b) mine[mat] = total;
+        }
       }
+      const int64_t j = base + g;
+      if (j >= j1 || lane >= batch) continue;
+      float y = mine[0] + (bias[g][0] ? ToFloat(*bias[g][0]) : 0.f);
+      if constexpr (kSwiGlu) {
+        const float up = mine[1] + (bias[g][1] ? ToFloat(*bias[g][1]) : 0.f);
+        y = y / (1.f + expf(-y)) * up;
+      }
+      if (a.residual) y += ToFloat(static_cast<const T*>(a.residual)[lane * n + j]);
+      static_cast<T*>(a.y)[lane * n + j] = FromFloat<T>(y);
     }
-    if (lane >= batch) continue;
-    const T* bias = static_cast<const T*>(a.m[seg].bias);
-    float y = mine + (bias ? ToFloat(bias[r]) : 0.f);
-    if constexpr (kSwiGlu) {
-      const T* bias2 = static_cast<const T*>(a.m[1].bias);
-      const float up = mine2 + (bias2 ? ToFloat(bias2[r]) : 0.f);
-      y = y / (1.f + expf(-y)) * up;
-    }
-    if (a.residual) y += ToFloat(static_cast<const T*>(a.residual)[lane * n + j]);
-    static_cast<T*>(a.y)[lane * n + j] = FromFloat<T>(y);
   }
 }
 
@@ -342,8 +390,20 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
   const int64_t b = blockIdx.x, g = blockIdx.y, z = blockIdx.z, chunks = gridDim.z;
   const int group = static_cast<int>(a.heads / a.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  AwaitPreviousKernel();
+  // The chunk's cached keys and values (written by earlier steps) into L2
+  // while the previous kernel runs; positions are set before the step.
   const int64_t pos = a.positions[b];
+  {
+    const int64_t last = pos < a.span ? pos : a.span - 1, begin = z * kAttentionChunk;
+    const int64_t end = begin + kAttentionChunk <= last ? begin + kAttentionChunk : last;  // the new one excluded
+    const int64_t lines = HD * static_cast<int64_t>(sizeof(T)) / 128 > 0 ? HD * sizeof(T) / 128 : 1;
+    for (int64_t i = threadIdx.x; i < (end - begin) * lines * 2; i += blockDim.x) {
+      const int64_t t = begin + i / (lines * 2), line = i % lines;
+      const char* cache = static_cast<const char*>((i / lines) % 2 ? a.v_cache : a.k_cache);
+      PrefetchL2(cache + (((b * a.max_len + t) * a.kv_heads + g) * HD) * sizeof(T) + line * 128);
+    }
+  }
+  AwaitPreviousKernel();
   // Heads 0..group-1: queries; head `group`: the key; head group+1: the value.
   __shared__ float head[G + 2][HD];
   __shared__ float part_m[kAttentionWarps][G], part_s[kAttentionWarps][G];
@@ -635,12 +695,16 @@ int SwiGluBackward(Dtype dtype, const void* gate, const void* up, const void* gr
 // Launches with programmatic stream serialisation where the device has it
 // (compute capability 9.0 and later).
 template <typename... Params, typename... Args>
-void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                     Args... args) {
+  // CUDA_AGENT_DECODE_PDL=0 turns it off, so that a profile shows each
+  // kernel's own time rather than time spent waiting for the previous one.
   static const bool pdl = [] {
     int device = 0, major = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    return major >= 9;
+    const char* env = std::getenv("CUDA_AGENT_DECODE_PDL");
+    return major >= 9 && !(env && std::string(env) == "0");
   }();
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -648,10 +712,32 @@ void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStrea
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = attribute;
   config.numAttrs = pdl ? 1 : 0;
   cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+// Every decode kernel asks for the largest shared-memory carveout: an SM
+// configured for one kernel then takes blocks of the next without draining
+// (programmatic dependent launch needs both resident). Over 48 KB of dynamic
+// shared memory needs an opt-in; a failure shows in the launch's error.
+template <typename Kernel>
+void ConfigureDecodeKernel(Kernel kernel, int64_t dynamic_shared_bytes) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (dynamic_shared_bytes > 0)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_shared_bytes));
+}
+
+int64_t MultiprocessorCount() {
+  static const int64_t count = [] {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return static_cast<int64_t>(sms > 0 ? sms : 132);
+  }();
+  return count;
 }
 
 int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
@@ -661,19 +747,23 @@ int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     const bool packed = Packed<T>({args.x, args.norm_weight, args.m[0].w, args.m[1].w, args.m[2].w}, args.k);
-    // Enough blocks to keep every SM streaming weights; each computes the
-    // norm's statistics once and then loops over its rows.
-    static const int64_t resident = [] {
-      int device = 0, sms = 0;
-      cudaGetDevice(&device);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      return static_cast<int64_t>(sms > 0 ? sms : 132) * 4;
-    }();
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + kGemvWarps - 1) / kGemvWarps, resident));
+    // Matrices that (mostly) fit in shared memory: one block per SM (fewer
+    // for small ones), each over a contiguous run of rows, staged before the
+    // wait. Larger ones (the LM head) stream through four blocks per SM, whose
+    // many warps keep enough loads in flight.
+    const int64_t sms = MultiprocessorCount();
+    const int64_t row_bytes = args.k * static_cast<int64_t>(sizeof(T)) * (args.swiglu ? 2 : 1);
+    const bool stage = packed && n * row_bytes <= 2 * sms * kGemvStageBytes;
+    const int64_t blocks = std::min<int64_t>(stage ? sms : 4 * sms, (n + kGemvWarps - 1) / kGemvWarps);
+    const int64_t rows_per_block = (n + blocks - 1) / blocks;
+    const int64_t staged = stage ? std::min<int64_t>(rows_per_block, kGemvStageBytes / row_bytes) : 0;
     auto with_width = [&](auto norm, auto swiglu) {
       WithPackWidth<T>(packed, [&](auto width) {
-        LaunchDependent(DecodeGemvKernel<T, decltype(width)::value, decltype(norm)::value, decltype(swiglu)::value>,
-                        dim3(blocks), dim3(kGemvWarps * 32), stream, args, n);
+        auto kernel = DecodeGemvKernel<T, decltype(width)::value, decltype(norm)::value, decltype(swiglu)::value>;
+        static const bool configured = (ConfigureDecodeKernel(kernel, kGemvStageBytes), true);
+        (void)configured;
+        LaunchDependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32),
+                        static_cast<size_t>(staged * row_bytes), stream, args, n, rows_per_block, staged);
       });
     };
     auto with_norm = [&](auto swiglu) {
@@ -701,10 +791,15 @@ int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t s
                   static_cast<unsigned>(DecodeAttentionChunks(args.span)));
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (args.head_dim == 64)
-      LaunchDependent(DecodeAttentionKernel<T, 64>, grid, dim3(kAttentionWarps * 32), stream, args);
-    else
-      LaunchDependent(DecodeAttentionKernel<T, 128>, grid, dim3(kAttentionWarps * 32), stream, args);
+    if (args.head_dim == 64) {
+      static const bool configured = (ConfigureDecodeKernel(DecodeAttentionKernel<T, 64>, 0), true);
+      (void)configured;
+      LaunchDependent(DecodeAttentionKernel<T, 64>, grid, dim3(kAttentionWarps * 32), 0, stream, args);
+    } else {
+      static const bool configured = (ConfigureDecodeKernel(DecodeAttentionKernel<T, 128>, 0), true);
+      (void)configured;
+      LaunchDependent(DecodeAttentionKernel<T, 128>, grid, dim3(kAttentionWarps * 32), 0, stream, args);
+    }
   });
 }
 

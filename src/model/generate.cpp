@@ -83,6 +83,8 @@ Generator::Generator(const Transformer& model, std::shared_ptr<const tokenizer::
 
 Generator::~Generator() = default;
 
+void Generator::Reseed(uint64_t seed) { rng_ = MakeRng(model_.options().device, seed); }
+
 int64_t Generator::Submit(GenerationRequest request) {
   int64_t id = next_id_++;
   queue_.emplace_back(id, std::move(request));

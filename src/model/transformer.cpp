@@ -349,8 +349,10 @@ at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& pos
                                   {linear("mlp.gate_proj"), linear("mlp.up_proj")}, true, {});
     h = DecodeLinear(act, {}, eps, {linear("mlp.down_proj")}, false, h);
   }
+  // The LM head is one large GEMV (136M weights for Qwen2.5-0.5B), which
+  // cuBLAS streams faster than DecodeLinear does.
   const at::Tensor& head = c.tie_word_embeddings ? m.P("model.embed_tokens.weight") : m.P("lm_head.weight");
-  return DecodeLinear(h, m.P("model.norm.weight"), eps, {{head, {}}}, false, {});
+  return at::linear(RmsNorm(h, m.P("model.norm.weight"), eps), head);
 }
 
 const std::vector<std::pair<std::string, at::Tensor>>& Transformer::parameters() const { return impl_->params; }

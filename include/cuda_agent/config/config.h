@@ -8,6 +8,7 @@
 #include "cuda_agent/config/fields.h"
 #include "cuda_agent/config/judge_config.h"
 #include "cuda_agent/config/sandbox_config.h"
+#include "cuda_agent/config/train_config.h"
 #include "cuda_agent/config/worker_config.h"
 
 namespace cuda_agent::config {
@@ -18,6 +19,10 @@ struct Config {
   JudgeConfig judge;
   WorkerConfig worker;
   ClientConfig client;
+  PolicyConfig model;
+  TaskConfig task;
+  AlgorithmConfig algorithm;
+  TrainConfig train;
 
   template <class V>
   void Visit(V& v) {
@@ -26,6 +31,10 @@ struct Config {
     v("judge", judge, "how candidate kernels are compiled, verified, timed and rewarded");
     v("worker", worker, "the rollout worker service (cuda-agent worker)");
     v("client", client, "how trainers and evaluators reach workers");
+    v("model", model, "the policy trained by cuda-agent train");
+    v("task", task, "what the policy learns (a task with a verifiable reward)");
+    v("algorithm", algorithm, "the RL algorithm: advantages, losses, optimizer");
+    v("train", train, "the training run: steps, batch, evaluation, checkpoints");
   }
 };
 

@@ -88,6 +88,8 @@ class Generator {
   void Release(const std::string& cache_key);
   // Forgets every cached prefix: call after the weights change (an update).
   void ResetCache();
+  // Restarts the sampling random stream from `seed`.
+  void Reseed(uint64_t seed);
   // Submits all, steps until done; results in request order. The generator
   // must be idle (no requests of Submit() pending).
   std::vector<GenerationResult> Generate(const std::vector<GenerationRequest>& requests);

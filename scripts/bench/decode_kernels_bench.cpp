@@ -1,0 +1,107 @@
+// GPU time of each fused decode kernel alone (model/fused_ops.h) at one
+// model's shapes, next to cuBLAS (at::linear) on the same weights, and the
+// bandwidth each reaches: where a batch-1 decode step's time goes.
+//
+//   decode_kernels_bench --batch 1 --span 384 --json out.json
+//   CUDA_AGENT_DECODE_PDL=0 decode_kernels_bench ...   # without programmatic launch
+//
+// Shapes: Qwen2.5-0.5B (hidden 896, MLP 4864, 14 heads of 64, 2 KV heads,
+// vocab 151936), bf16. Each kernel runs --iters times back to back under the
+// profiler; the time is the kernel's mean duration.
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+
+#include <fstream>
+#include <functional>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "kernel_profile.h"
+
+#include "cuda_agent/model/fused_ops.h"
+
+using namespace cuda_agent;
+
+namespace {
+
+// Mean GPU microseconds per call of `fn` (all its kernels summed).
+double MeanMicros(const std::function<void()>& fn, int iters) {
+  for (int i = 0; i < 10; ++i) fn();
+  at::zeros({1}, at::kCUDA).cpu();
+  KernelProfile profile;
+  for (int i = 0; i < iters; ++i) fn();
+  at::zeros({1}, at::kCUDA).cpu();
+  return profile.Stop(1)["gpu_ms_total"].get<double>() * 1e3 / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fused decode kernels, one at a time"};
+  int64_t batch = 1, span = 384;
+  int iters = 200;
+  std::string json_path;
+  app.add_option("--batch", batch, "rows (1..8)");
+  app.add_option("--span", span, "cached key positions the attention reads");
+  app.add_option("--iters", iters, "calls timed per kernel");
+  app.add_option("--json", json_path, "write results here");
+  CLI11_PARSE(app, argc, argv);
+
+  const int64_t hidden = 896, mlp = 4864, heads = 14, kv = 2, hd = 64, vocab = 151936;
+  auto bf16 = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  auto w = [&](int64_t out, int64_t in) { return at::randn({out, in}, bf16) * 0.02; };
+  const at::Tensor x = at::randn({batch, hidden}, bf16), xm = at::randn({batch, mlp}, bf16);
+  const at::Tensor norm = at::ones({hidden}, bf16);
+  struct Gemv {
+    std::string name;
+    at::Tensor x, norm;
+    std::vector<model::LinearWeights> parts;
+    bool swiglu;
+    at::Tensor residual;
+  };
+  at::Tensor q = w(heads * hd, hidden), k = w(kv * hd, hidden), v = w(kv * hd, hidden);
+  std::vector<Gemv> gemvs = {
+      {"norm + qkv", x, norm, {{q, at::randn({heads * hd}, bf16)}, {k, at::randn({kv * hd}, bf16)},
+                               {v, at::randn({kv * hd}, bf16)}}, false, {}},
+      {"o + residual", x, {}, {{w(hidden, heads * hd), {}}}, false, x},
+      {"norm + gate/up + SwiGLU", x, norm, {{w(mlp, hidden), {}}, {w(mlp, hidden), {}}}, true, {}},
+      {"down + residual", xm, {}, {{w(hidden, mlp), {}}}, false, x},
+      {"norm + LM head", x, norm, {{w(vocab, hidden), {}}}, false, {}},
+  };
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Gemv& g : gemvs) {
+    int64_t bytes = 0;
+    for (const auto& p : g.parts) bytes += p.weight.nbytes() + (p.bias.defined() ? p.bias.nbytes() : 0);
+    const double fused = MeanMicros(
+        [&] { model::DecodeLinear(g.x, g.norm, 1e-6, g.parts, g.swiglu, g.residual); }, iters);
+    // cuBLAS on the same bytes: one GEMV per part (no norm, no fusion).
+    const double cublas = MeanMicros(
+        [&] {
+          for (const auto& p : g.parts) at::linear(g.x, p.weight, p.bias);
+        },
+        iters);
+    rows.push_back({{"kernel", g.name}, {"weight_mb", bytes / 1e6}, {"fused_us", fused},
+                    {"fused_tb_s", bytes / fused / 1e6}, {"cublas_us", cublas}, {"cublas_tb_s", bytes / cublas / 1e6}});
+    std::printf("%-26s %8.2f MB  fused %8.2f us (%5.2f TB/s)  cuBLAS %8.2f us (%5.2f TB/s)\n", g.name.c_str(),
+                bytes / 1e6, fused, bytes / fused / 1e6, cublas, bytes / cublas / 1e6);
+  }
+  // Attention over `span` cached positions per row.
+  const int64_t max_len = span + 8;
+  at::Tensor qkv = at::randn({batch, (heads + 2 * kv) * hd}, bf16);
+  at::Tensor k_cache = at::randn({batch, max_len, kv, hd}, bf16), v_cache = at::randn({batch, max_len, kv, hd}, bf16);
+  at::Tensor positions = at::full({batch}, span - 1, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+  at::Tensor inv_freq = at::ones({hd / 2}, at::TensorOptions().device(at::kCUDA));
+  at::Tensor counters = at::zeros({batch * kv}, at::TensorOptions().device(at::kCUDA).dtype(at::kInt));
+  const double attention = MeanMicros(
+      [&] {
+        model::DecodeAttention(qkv, positions, inv_freq, {}, {}, 1e-6, k_cache, v_cache, heads, kv, span, counters);
+      },
+      iters);
+  const double kv_bytes = 2.0 * batch * span * kv * hd * 2;
+  rows.push_back({{"kernel", "attention"}, {"kv_mb", kv_bytes / 1e6}, {"fused_us", attention}});
+  std::printf("%-26s %8.2f MB  fused %8.2f us\n", "attention", kv_bytes / 1e6, attention);
+  if (!json_path.empty())
+    std::ofstream(json_path) << nlohmann::json{{"batch", batch}, {"span", span}, {"rows", rows}}.dump(1) << "\n";
+  return 0;
+}
