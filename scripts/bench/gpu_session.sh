@@ -2,7 +2,7 @@
 # Everything that needs the GPU host, in one run, results under OUT_DIR.
 # On the host (after `source .device/env.sh` where gRPC is staged):
 #
-#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|learner ...
+#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|learner|train ...
 #
 #   build       configure and build build-gpu (benchmarks included)
 #   tests       the GPU tests of the model and the learner (CUDA graphs, NCCL),
@@ -13,6 +13,8 @@
 #               fused decode kernels, kernel profiles), Qwen2.5-0.5B-shaped
 #   learner     PPO update tokens/s, MFU and kernel profile, Qwen2.5-0.5B-shaped,
 #               bf16, 4096 tokens; on one GPU and, where there are two, on both
+#               (sharded and replicated optimizer state)
+#   train       cuda-agent train on the GPU (and on two through torchrun)
 set -uo pipefail
 out=$1
 shift
@@ -47,10 +49,25 @@ for step in "$@"; do
         args=(--shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batch 4 --micro-batch $mb --seq 4096 --steps 5)
         $build/learner_bench "${args[@]}" --profile --json "$out/learner_mb$mb.json" >> "$out/learner.log" 2>&1
         if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-          python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/learner_bench "${args[@]}" \
-            --profile --json "$out/learner_2gpu_mb$mb.json" >> "$out/learner.log" 2>&1
+          for shard in 1 0; do  # ZeRO-1, then the whole optimizer state on each GPU
+            python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/learner_bench "${args[@]}" \
+              --shard-optimizer $shard --profile --json "$out/learner_2gpu_mb${mb}_shard$shard.json" \
+              >> "$out/learner.log" 2>&1
+          done
         fi
       done
+      ;;
+    train)
+      # The training loop on one GPU (fp32, bf16) and, where there are two, on both through torchrun.
+      for dtype in float32 bfloat16; do
+        $build/src/cuda-agent train --set model.device=cuda --set model.dtype=$dtype \
+          --set train.output_dir="$out/train_1gpu_$dtype" > "$out/train_1gpu_$dtype.log" 2>&1
+      done
+      if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+        python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/src/cuda-agent train \
+          --set model.device=cuda --set train.output_dir="$out/train_2gpu" > "$out/train_2gpu.log" 2>&1
+      fi
+      rm -rf "$out"/train_*/step_*  # checkpoints: not needed back
       ;;
     *)
       echo "unknown step $step" >&2

@@ -44,8 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", micro_batch, "rows per forward/backward pass");
   app.add_option("--peak-tflops", peak_tflops, "the device's dense peak (H200 bf16: 990)");
   app.add_option("--json", json_path, "write the result here");
-  bool profile = false;
+  bool profile = false, shard = true;
   app.add_flag("--profile", profile, "add GPU time per kernel over one more update to the result");
+  app.add_option("--shard-optimizer", shard, "ZeRO-1 over the ranks (1) or the whole state on each (0)");
   CLI11_PARSE(app, argc, argv);
 
   nlohmann::json cfg = shape == "tiny" ? nlohmann::json{{"model_type", "qwen2"},      {"vocab_size", 4096},
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
   rl::LearnerConfig lc;
   lc.estimator = rl::AdvantageEstimator::kGrpo;
   lc.micro_batch_size = micro_batch;
+  lc.actor.shard_state = shard;
   rl::Learner learner(*policy, nullptr, nullptr, lc, comm->get());
 
   auto on = at::TensorOptions().device(lo.device);
@@ -112,6 +114,7 @@ int main(int argc, char** argv) {
                         {"mfu", mfu},
                         {"peak_tflops", peak_tflops},
                         {"world_size", world},
+                        {"shard_optimizer", shard},
                         {"tokens_per_s_per_rank", tokens_per_s / world}};
   if (profile) {
     KernelProfile kp;

@@ -11,16 +11,17 @@ namespace cuda_agent::rl {
 
 AdamW::AdamW(std::vector<at::Tensor> params, const OptimizerConfig& config, Communicator* comm)
     : params_(std::move(params)), config_(config), comm_(comm) {
-  const int world = comm_ ? comm_->world_size() : 1;
   const int rank = comm_ ? comm_->rank() : 0;
+  const int world = comm_ && config_.shard_state ? comm_->world_size() : 1;  // unsharded: as if alone
   // Greedy balance: each parameter, largest first, to the least loaded rank.
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return params_[a].numel() > params_[b].numel(); });
   std::vector<int64_t> load(static_cast<size_t>(world), 0);
-  owner_.assign(params_.size(), 0);
+  owner_.assign(params_.size(), rank);
   for (size_t i : order) {
+    if (world == 1) break;
     int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     owner_[i] = r;
     load[static_cast<size_t>(r)] += params_[i].numel();
@@ -88,7 +89,7 @@ double AdamW::Step() {
   }
   if (!weights.empty()) at::_foreach_copy_(weights, masters);
   at::_foreach_zero_(grads);
-  if (comm_ != nullptr && comm_->world_size() > 1) {
+  if (comm_ != nullptr && comm_->world_size() > 1 && config_.shard_state) {
     for (int r = 0; r < comm_->world_size(); ++r) {
       std::vector<at::Tensor> owned;
       for (size_t i = 0; i < params_.size(); ++i)

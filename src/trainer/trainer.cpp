@@ -95,6 +95,7 @@ StatusOr<rl::LearnerConfig> MakeLearnerConfig(const config::AlgorithmConfig& a) 
     opt->max_grad_norm = a.max_grad_norm;
     opt->warmup_steps = a.warmup_steps;
     opt->schedule = a.schedule;
+    opt->shard_state = a.shard_optimizer;
   }
   return c;
 }

@@ -16,9 +16,13 @@ namespace {
 namespace fs = std::filesystem;
 using namespace testing_fixture;
 
-TEST(DistributedTest, TwoGlooRanksMatchOneRankOnTheWholeBatch) {
+// Two ranks, each with half of the batch, against one rank with all of it;
+// `shard` the optimizer state (ZeRO-1) or keep all of it on both.
+void ExpectTwoRanksMatchOne(bool shard) {
   const int kSteps = 3;
-  Replica single(nullptr, Opt());
+  OptimizerConfig opt = Opt();
+  opt.shard_state = shard;
+  Replica single(nullptr, opt);
   RolloutBatch full = Batch();
   for (int s = 0; s < kSteps; ++s) {
     single.learner->ComputeAdvantages(full);
@@ -27,7 +31,7 @@ TEST(DistributedTest, TwoGlooRanksMatchOneRankOnTheWholeBatch) {
   std::vector<std::unique_ptr<Replica>> ranks(2);
   RolloutBatch shared = Batch();  // made once: the global generator is not for two threads
   OnTwoRanks([&](int r, Communicator* comm) {
-    ranks[r] = std::make_unique<Replica>(comm, Opt());
+    ranks[r] = std::make_unique<Replica>(comm, opt);
     RolloutBatch half = shared.Slice(4 * r, 4);  // whole groups
     for (int s = 0; s < kSteps; ++s) {
       ranks[r]->learner->ComputeAdvantages(half);
@@ -38,13 +42,22 @@ TEST(DistributedTest, TwoGlooRanksMatchOneRankOnTheWholeBatch) {
     EXPECT_LT(MaxDiff(*ranks[r]->policy, *single.policy), 1e-5) << "rank " << r << " policy";
     EXPECT_LT(MaxDiff(*ranks[r]->critic, *single.critic), 1e-5) << "rank " << r << " critic";
   }
-  // Sharded: each rank owns (and keeps state for) a part of the parameters.
+  // Sharded: each rank owns (and keeps state for) a part of the parameters;
+  // unsharded: all of them.
   int owned0 = 0;
-  for (size_t i = 0; i < single.policy->parameters().size(); ++i)
-    owned0 += ranks[0]->learner->actor_optimizer().Owner(i) == 0;
-  EXPECT_GT(owned0, 0);
-  EXPECT_LT(owned0, static_cast<int>(single.policy->parameters().size()));
+  const int params = static_cast<int>(single.policy->parameters().size());
+  for (int i = 0; i < params; ++i) owned0 += ranks[0]->learner->actor_optimizer().Owner(i) == 0;
+  if (shard) {
+    EXPECT_GT(owned0, 0);
+    EXPECT_LT(owned0, params);
+  } else {
+    EXPECT_EQ(owned0, params);
+  }
 }
+
+TEST(DistributedTest, TwoGlooRanksMatchOneRankOnTheWholeBatch) { ExpectTwoRanksMatchOne(true); }
+
+TEST(DistributedTest, TwoGlooRanksWithReplicatedOptimizerStateMatchOneRank) { ExpectTwoRanksMatchOne(false); }
 
 TEST(DistributedTest, ShardedOptimizerStateSavesAndRestores) {
   fs::path dir = fs::temp_directory_path() / ("zero1-" + std::to_string(::getpid()));

@@ -77,6 +77,7 @@ struct AlgorithmConfig {
   int64_t warmup_steps = 0;
   std::string schedule = "constant";
   double bucket_mb = 25;
+  bool shard_optimizer = true;
 
   template <class V>
   void Visit(V& v) {
@@ -107,6 +108,9 @@ struct AlgorithmConfig {
     v("warmup_steps", warmup_steps, "linear learning-rate warm-up, optimizer steps", Range{0, 1e9});
     v("schedule", schedule, "after warm-up: constant or cosine", OneOf{{"constant", "cosine"}});
     v("bucket_mb", bucket_mb, "gradient all-reduce bucket, MiB", Range{0.001, 1e6});
+    v("shard_optimizer", shard_optimizer,
+      "ZeRO-1: each rank keeps and updates the optimizer state of a share of the parameters, then broadcasts "
+      "them; false: every rank keeps all of it and takes the same step (faster while it fits)");
   }
 };
 

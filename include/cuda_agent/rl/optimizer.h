@@ -4,8 +4,10 @@
 //
 // With a communicator of N ranks the optimizer state is sharded (ZeRO stage 1):
 // each parameter is owned by one rank, which alone keeps its moments and master
-// copy and updates it; owners then broadcast the new values. Gradients must
-// already be averaged over ranks when Step() is called.
+// copy and updates it; owners then broadcast the new values. With shard_state
+// off every rank keeps the whole state and takes the same step (no broadcast:
+// faster while the state fits). Gradients must already be averaged over ranks
+// when Step() is called.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -28,6 +30,7 @@ struct OptimizerConfig {
   int64_t total_steps = 1000;
   double min_lr_ratio = 0.1;
   double max_grad_norm = 1.0;  // <= 0: no clipping
+  bool shard_state = true;     // ZeRO-1 over the ranks; false: every rank keeps all of it
 };
 
 class AdamW {
@@ -42,7 +45,7 @@ class AdamW {
   // gradient norm before clipping.
   double Step();
   int64_t step() const { return step_; }
-  // Which rank owns parameter i.
+  // Which rank updates parameter i (this rank for all of them when unsharded).
   int Owner(size_t i) const { return owner_[i]; }
 
   // This rank's shard of the state (moments, master weights, step) in one
