@@ -4,6 +4,7 @@
 //
 //   decode_kernels_bench --batch 1 --span 384 --json out.json
 //   CUDA_AGENT_DECODE_PDL=0 decode_kernels_bench ...   # without programmatic launch
+//   ncu --kernel-name regex:Decode decode_kernels_bench --plain --iters 5
 //
 // Shapes: Qwen2.5-0.5B (hidden 896, MLP 4864, 14 heads of 64, 2 KV heads,
 // vocab 151936), bf16. Each kernel runs --iters times back to back under the
@@ -25,10 +26,17 @@ using namespace cuda_agent;
 
 namespace {
 
+bool plain = false;  // --plain: no profiler of our own (under ncu)
+
 // Mean GPU microseconds per call of `fn` (all its kernels summed).
 double MeanMicros(const std::function<void()>& fn, int iters) {
   for (int i = 0; i < 10; ++i) fn();
   at::zeros({1}, at::kCUDA).cpu();
+  if (plain) {
+    for (int i = 0; i < iters; ++i) fn();
+    at::zeros({1}, at::kCUDA).cpu();
+    return 0;
+  }
   KernelProfile profile;
   for (int i = 0; i < iters; ++i) fn();
   at::zeros({1}, at::kCUDA).cpu();
@@ -46,6 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--span", span, "cached key positions the attention reads");
   app.add_option("--iters", iters, "calls timed per kernel");
   app.add_option("--json", json_path, "write results here");
+  app.add_flag("--plain", plain, "run the kernels without timing them (for an external profiler such as ncu)");
   CLI11_PARSE(app, argc, argv);
 
   const int64_t hidden = 896, mlp = 4864, heads = 14, kv = 2, hd = 64, vocab = 151936;

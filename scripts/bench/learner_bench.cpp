@@ -62,10 +62,7 @@ int main(int argc, char** argv) {
   auto comm = rl::Communicator::FromEnvironment(device == "cuda" ? "nccl" : "gloo");
   if (!comm.ok()) return std::cerr << comm.status().ToString() << "\n", 1;
   const int world = (*comm)->world_size(), rank = (*comm)->rank();
-  if (device == "cuda") {  // one GPU per rank of this node
-    const char* local = std::getenv("LOCAL_RANK");
-    device = "cuda:" + std::string(local ? local : "0");
-  }
+  if (device == "cuda") device = "cuda:" + std::to_string(rl::LocalDeviceIndex());  // one GPU per rank of this node
   model::ModelConfig config = model::ParseModelConfig(cfg, shape).value();
   model::LoadOptions lo{dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, c10::Device(device), false};
   auto policy = model::Transformer::Random(config, lo, 0);

@@ -566,20 +566,20 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
   __syncthreads();
   if (!merge) return;
   __threadfence();
+  // One online merge over the chunks; loads through L2 (__ldcg: the other
+  // blocks' writes, not a stale L1 line), none waiting on another.
   for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
     const int h = i / HD, d = i % HD;
-    float M = -INFINITY;
+    float M = -INFINITY, S = 0, O = 0;
+#pragma unroll 4
     for (int64_t c = 0; c < chunks; ++c) {
-      const volatile float* p = pm + c * G * (HD + 2);
-      if (p[G + h] > 0) M = fmaxf(M, p[h]);
-    }
-    float S = 0, O = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const volatile float* p = pm + c * G * (HD + 2);
-      if (p[G + h] == 0) continue;  // a chunk past the row's last position
-      const float f = expf(p[h] - M);
-      S += p[G + h] * f;
-      O += p[2 * G + h * HD + d] * f;
+      const float* p = pm + c * G * (HD + 2);
+      const float cm = __ldcg(p + h), cs = __ldcg(p + G + h), co = __ldcg(p + 2 * G + h * HD + d);
+      if (cs == 0) continue;  // a chunk past the row's last position
+      const float M2 = fmaxf(M, cm), fa = expf(M - M2), fb = expf(cm - M2);
+      S = S * fa + cs * fb;
+      O = O * fa + co * fb;
+      M = M2;
     }
     static_cast<T*>(a.out)[b * a.heads * HD + (g * group + h) * HD + d] = FromFloat<T>(O / S);
   }

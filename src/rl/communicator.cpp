@@ -34,6 +34,8 @@ class ProcessGroupCommunicator final : public Communicator {
   ProcessGroupCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend, int rank,
                            int world)
       : store_(std::move(store)), backend_(std::move(backend)), rank_(rank), world_(world) {}
+  // Releases the backend's resources (NCCL communicators) before the process exits.
+  ~ProcessGroupCommunicator() override { backend_->shutdown(); }
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -131,6 +133,22 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Connect(const std::string&
   }
 }
 
+int LocalDeviceIndex() {
+  int index = 0;
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "RANK"}) {
+    const char* v = std::getenv(name);
+    if (v && *v) {
+      index = std::atoi(v);
+      break;
+    }
+  }
+#ifdef CUDA_AGENT_WITH_NCCL
+  const int count = c10::cuda::device_count();
+  if (count > 0) index %= count;
+#endif
+  return index;
+}
+
 StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const std::string& backend) {
   auto env = [](const char* name) -> std::string {
     const char* v = std::getenv(name);
@@ -146,12 +164,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const std:
   try {
 #ifdef CUDA_AGENT_WITH_NCCL
     if (backend == "nccl") {  // one GPU per rank on each node
-      std::string local = env("LOCAL_RANK");
-      if (local.empty()) local = env("SLURM_LOCALID");
-      int count = c10::cuda::device_count();
-      if (count == 0) return FailedPrecondition("backend nccl, but no GPU is visible");
-      c10::cuda::set_device(
-          static_cast<c10::DeviceIndex>((local.empty() ? std::stoi(rank) : std::stoi(local)) % count));
+      if (c10::cuda::device_count() == 0) return FailedPrecondition("backend nccl, but no GPU is visible");
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(LocalDeviceIndex()));
     }
 #endif
     return Connect(addr, std::stoi(port), std::stoi(rank), std::stoi(world), backend);

@@ -389,10 +389,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::Config& config,
 
   // Models.
   impl->options.dtype = config.model.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-  if (config.model.device == "cuda") {
-    const char* local = std::getenv("LOCAL_RANK");
-    impl->options.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local ? std::atoi(local) : 0));
-  }
+  if (config.model.device == "cuda")
+    impl->options.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rl::LocalDeviceIndex()));
   const int64_t vocab = impl->task.vocab_size();
   model::LoadOptions critic_options = impl->options;
   critic_options.value_head = true;

@@ -43,4 +43,8 @@ class Communicator {
   static StatusOr<std::unique_ptr<Communicator>> FromEnvironment(const std::string& backend);
 };
 
+// This process's GPU on its node: LOCAL_RANK (torchrun), SLURM_LOCALID or
+// RANK, modulo the visible GPUs (0 without any of them).
+int LocalDeviceIndex();
+
 }  // namespace cuda_agent::rl
