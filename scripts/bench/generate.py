@@ -68,8 +68,8 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=512)
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8)
     ap.add_argument("--without-graphs", action="store_true", help="also time cuda-agent without CUDA graphs")
-    ap.add_argument("--fused-decode", action="store_true",
-                    help="also time cuda-agent with the fused decode kernels (batches up to 8)")
+    ap.add_argument("--decode-kernels", nargs="*", default=[], choices=["fused", "persistent"],
+                    help="also time cuda-agent with these decode kernels (up to 8 rows; larger batches use ATen)")
     ap.add_argument("--profile", action="store_true", help="add cuda-agent's GPU time per kernel over 64 steps")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -89,10 +89,10 @@ def main():
     if args.without_graphs:  # the same without CUDA graphs: what they are worth
         subprocess.run(cmd + ["--cuda-graphs", "0"], check=True)
         eager = {r["batch"]: r for r in json.load(open(ours_json))}
-    fused = {}
-    if args.fused_decode:  # small batches through the fused decode kernels
-        subprocess.run(cmd + ["--fused-decode", "1"], check=True)
-        fused = {r["batch"]: r for r in json.load(open(ours_json))}
+    other = {}  # decode kernels -> batch -> row
+    for kernels in args.decode_kernels:
+        subprocess.run(cmd + ["--decode-kernels", kernels], check=True)
+        other[kernels] = {r["batch"]: r for r in json.load(open(ours_json))}
     c = model.config
     elem = torch.finfo(dtype).bits // 8
     weight_bytes = sum(p.numel() for p in model.parameters()) * elem
@@ -108,21 +108,23 @@ def main():
                "transformers_tokens_per_s": theirs, "bandwidth_limit_tokens_per_s": limit,
                "speedup_vs_transformers": ours[b]["decode_tokens_per_s"] / theirs,
                "fraction_of_limit": ours[b]["decode_tokens_per_s"] / limit,
-               "cuda_agent_without_graphs_tokens_per_s": eager.get(b, {}).get("decode_tokens_per_s"),
-               "cuda_agent_fused_decode_tokens_per_s": fused.get(b, {}).get("decode_tokens_per_s")}
-        if b in fused:
-            row["fused_decode_fraction_of_limit"] = fused[b]["decode_tokens_per_s"] / limit
-            if "profile_64_steps" in fused[b]:
-                row["cuda_agent_fused_profile_64_steps"] = fused[b]["profile_64_steps"]
+               "cuda_agent_without_graphs_tokens_per_s": eager.get(b, {}).get("decode_tokens_per_s")}
+        for kernels, rows_of in other.items():
+            mine = rows_of[b]
+            row["cuda_agent_%s_tokens_per_s" % kernels] = mine["decode_tokens_per_s"]
+            row["%s_fraction_of_limit" % kernels] = mine["decode_tokens_per_s"] / limit
+            if "profile_64_steps" in mine:
+                row["cuda_agent_%s_profile_64_steps" % kernels] = mine["profile_64_steps"]
         if "profile_64_steps" in ours[b]:
             row["cuda_agent_profile_64_steps"] = ours[b]["profile_64_steps"]
         rows.append(row)
         print("batch %3d: cuda-agent %9.1f tok/s, transformers %9.1f tok/s (%.2fx), limit %9.1f tok/s (%.1f%%)"
               % (b, row["cuda_agent_tokens_per_s"], theirs, row["speedup_vs_transformers"], limit,
                  100 * row["fraction_of_limit"]), flush=True)
-        if b in fused:
-            print("           fused decode %9.1f tok/s (%.1f%% of the limit)"
-                  % (fused[b]["decode_tokens_per_s"], 100 * row["fused_decode_fraction_of_limit"]), flush=True)
+        for kernels in other:
+            print("           %-10s %9.1f tok/s (%.1f%% of the limit)"
+                  % (kernels, row["cuda_agent_%s_tokens_per_s" % kernels], 100 * row["%s_fraction_of_limit" % kernels]),
+                  flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"shape": args.shape, "device": args.device, "dtype": args.dtype, "rows": rows}, f, indent=1)

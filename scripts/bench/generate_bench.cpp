@@ -37,8 +37,11 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-len", prompt_len, "prompt tokens per sequence");
   app.add_option("--new-tokens", new_tokens, "generated tokens per sequence");
   app.add_option("--cuda-graphs", cuda_graphs, "replay decode steps from CUDA graphs (CUDA only)");
-  bool fused_decode = false;
-  app.add_option("--fused-decode", fused_decode, "decode small batches with the fused kernels (CUDA only)");
+  std::string decode_kernels = "aten";
+  app.add_option("--decode-kernels", decode_kernels,
+                 "aten, fused (five kernels per layer) or persistent (one kernel for all layers); "
+                 "the last two for up to 8 rows on CUDA")
+      ->check(CLI::IsMember({"aten", "fused", "persistent"}));
   app.add_option("--json", json_path, "write results here");
   bool profile = false;
   app.add_flag("--profile", profile, "add GPU time per kernel over 64 more decode steps to each row");
@@ -60,7 +63,9 @@ int main(int argc, char** argv) {
     // one: CUDA graphs captured in the warm-up are replayed in the timed run.
     model::GeneratorOptions options{b, prompt_len + new_tokens + 1, 0};
     options.cuda_graphs = cuda_graphs;
-    options.fused_decode = fused_decode;
+    options.decode_kernels = decode_kernels == "fused"        ? model::DecodeKernels::kFused
+                             : decode_kernels == "persistent" ? model::DecodeKernels::kPersistent
+                                                              : model::DecodeKernels::kAten;
     model::Generator gen(**model, nullptr, options);
     auto run = [&](int64_t tokens, double* decode_s, double* prefill_s) {
       for (int64_t i = 0; i < b; ++i) {
@@ -96,7 +101,7 @@ int main(int argc, char** argv) {
                           {"device", device},
                           {"dtype", dtype},
                           {"graphs_captured", stats.graphs_captured},
-                          {"fused_decode", fused_decode},
+                          {"decode_kernels", decode_kernels},
                           {"graph_replays", stats.graph_replays},
                           {"graphs_captured_in_timed_run", stats.graphs_captured - captured},
                           {"warmup_decode_s", warmup_s}};

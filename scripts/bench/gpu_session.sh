@@ -9,8 +9,8 @@
 #               then the CPU-labelled model and rl tests on this host
 #   judgetests  the judge's GPU tests (honest, wrong and cheating candidates)
 #   judge       worker throughput (CUDA) and the paper recipe on the same candidates
-#   policy      bf16 logit parity and decode throughput (with and without the
-#               fused decode kernels, kernel profiles), Qwen2.5-0.5B-shaped
+#   policy      bf16 logit parity and decode throughput (ATen, fused and
+#               persistent decode kernels, kernel profiles), Qwen2.5-0.5B-shaped
 #   learner     PPO update tokens/s, MFU and kernel profile, Qwen2.5-0.5B-shaped,
 #               bf16, 4096 tokens; on one GPU and, where there are two, on both
 #               (sharded and replicated optimizer state)
@@ -41,7 +41,7 @@ for step in "$@"; do
     policy)
       (cd scripts/bench && python3 bf16_parity.py --build "../../$build" --device cuda --dtype bfloat16 \
          --out "$out/bf16_parity.json") > "$out/bf16_parity.log" 2>&1
-      python3 scripts/bench/generate.py --build $build --device cuda --profile --fused-decode --out "$out/generate.json" > "$out/generate.log" 2>&1
+      python3 scripts/bench/generate.py --build $build --device cuda --profile --decode-kernels fused persistent --out "$out/generate.json" > "$out/generate.log" 2>&1
       ;;
     learner)
       : > "$out/learner.log"

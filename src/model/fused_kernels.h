@@ -89,4 +89,49 @@ struct DecodeAttentionArgs {
 int64_t DecodeAttentionChunks(int64_t span);
 int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t stream);
 
+// ---- Decode: every layer of a step in one persistent kernel ----
+constexpr int kDecodeMaxLayers = 64;
+
+struct DecodeLayer {
+  const void* input_norm = nullptr;  // [hidden]
+  const void* post_norm = nullptr;   // [hidden]
+  const void* q_norm = nullptr;      // [head_dim] (Qwen3) or null
+  const void* k_norm = nullptr;
+  DecodeMatrix q, k, v, o, gate, up, down;
+  void* k_cache = nullptr;  // [slots, max_len, kv_heads, head_dim]
+  void* v_cache = nullptr;
+};
+
+// One block per SM runs the layers' stages (norm + q/k/v, attention, o +
+// residual, norm + gate/up + SwiGLU, down + residual) with a grid-wide
+// barrier after each, and copies every stage's weights for the next layer
+// into shared memory while the current layer runs. h [batch, hidden] holds
+// the embeddings on entry and the last layer's output on return.
+struct DecodeLayersArgs {
+  DecodeLayer layers[kDecodeMaxLayers];
+  int64_t num_layers = 0, batch = 0, hidden = 0, mlp = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t max_len = 0, span = 0;
+  float eps = 0, scale = 0;
+  const int64_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  void* h = nullptr;
+  // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], attn [batch,
+  // heads * head_dim], act [batch, mlp]; partial and counters as for
+  // DecodeAttention; barrier: one zero.
+  void* qkv = nullptr;
+  void* attn = nullptr;
+  void* act = nullptr;
+  float* partial = nullptr;
+  int* counters = nullptr;
+  unsigned* barrier = nullptr;
+  // Set by DecodeLayers: per stage (q/k/v, o, gate/up, down), the rows each
+  // block keeps in shared memory at most, and where.
+  int64_t stage_rows[4] = {}, stage_offset[4] = {};
+};
+// Whether the persistent kernel takes this shape (16-byte aligned rows,
+// head_dim 64 or 128, up to kDecodeMaxGroup query heads per key head).
+bool DecodeLayersFit(Dtype dtype, int64_t layers, int64_t hidden, int64_t mlp, int64_t heads, int64_t kv_heads,
+                     int64_t head_dim);
+int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream);
+
 }  // namespace cuda_agent::model::kernels

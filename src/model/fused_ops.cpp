@@ -253,4 +253,90 @@ at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
   return at::silu(gate) * up;
 }
 
+bool PersistentDecodeFits(c10::ScalarType dtype, int64_t layers, int64_t hidden, int64_t mlp, int64_t heads,
+                          int64_t kv_heads, int64_t head_dim) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  const kernels::Dtype d = dtype == at::kFloat ? kernels::Dtype::kFloat
+                           : dtype == at::kHalf ? kernels::Dtype::kHalf
+                                                : kernels::Dtype::kBFloat16;
+  return kernels::DecodeLayersFit(d, layers, hidden, mlp, heads, kv_heads, head_dim);
+#else
+  return false;
+#endif
+}
+
+void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
+                      const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
+                      int64_t span) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  TORCH_CHECK(Fusable(h) && h.dim() == 2 && h.is_contiguous() && !layers.empty(),
+              "PersistentDecode: h must be a contiguous [B, hidden] CUDA tensor");
+  const int64_t B = h.size(0), hidden = h.size(1), hd = layers[0].k_cache.size(3);
+  TORCH_CHECK(B <= kernels::kDecodeMaxRows &&
+                  PersistentDecodeFits(h.scalar_type(), static_cast<int64_t>(layers.size()), hidden, mlp, heads,
+                                       kv_heads, hd),
+              "PersistentDecode: unsupported shape");
+  kernels::DecodeLayersArgs a;
+  a.num_layers = static_cast<int64_t>(layers.size());
+  auto matrix = [&](const LinearWeights& w, int64_t rows, int64_t cols, const char* what) {
+    TORCH_CHECK(w.weight.is_contiguous() && w.weight.size(0) == rows && w.weight.size(1) == cols &&
+                    w.weight.scalar_type() == h.scalar_type() &&
+                    reinterpret_cast<uintptr_t>(w.weight.data_ptr()) % 16 == 0,
+                "PersistentDecode: ", what, " weight ", w.weight.sizes(), " is not a contiguous [", rows, ", ", cols,
+                "] of the model's dtype");
+    return kernels::DecodeMatrix{w.weight.data_ptr(), DataOrNull(w.bias), rows};
+  };
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const DecodeLayerWeights& w = layers[l];
+    kernels::DecodeLayer& k = a.layers[l];
+    k.input_norm = w.input_norm.data_ptr();
+    k.post_norm = w.post_norm.data_ptr();
+    k.q_norm = DataOrNull(w.q_norm);
+    k.k_norm = DataOrNull(w.k_norm);
+    k.q = matrix(w.q, heads * hd, hidden, "q");
+    k.k = matrix(w.k, kv_heads * hd, hidden, "k");
+    k.v = matrix(w.v, kv_heads * hd, hidden, "v");
+    k.o = matrix(w.o, hidden, heads * hd, "o");
+    k.gate = matrix(w.gate, mlp, hidden, "gate");
+    k.up = matrix(w.up, mlp, hidden, "up");
+    k.down = matrix(w.down, hidden, mlp, "down");
+    TORCH_CHECK(w.k_cache.is_contiguous() && w.v_cache.is_contiguous() && w.k_cache.size(2) == kv_heads,
+                "PersistentDecode: caches must be contiguous [slots, max_len, kv_heads, head_dim]");
+    k.k_cache = w.k_cache.data_ptr();
+    k.v_cache = w.v_cache.data_ptr();
+  }
+  a.batch = B;
+  a.hidden = hidden;
+  a.mlp = mlp;
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.max_len = layers[0].k_cache.size(1);
+  a.span = span;
+  a.eps = static_cast<float>(eps);
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  at::Tensor pos = positions.reshape({-1}).contiguous(), freq = inv_freq.contiguous();
+  a.positions = pos.data_ptr<int64_t>();
+  a.inv_freq = freq.data_ptr<float>();
+  a.h = h.data_ptr();
+  at::Tensor qkv = at::empty({B, (heads + 2 * kv_heads) * hd}, h.options());
+  at::Tensor attn = at::empty({B, heads * hd}, h.options());
+  at::Tensor act = at::empty({B, mlp}, h.options());
+  at::Tensor partial = at::empty(
+      {B * kv_heads * kernels::DecodeAttentionChunks(span) * kernels::kDecodeMaxGroup * (hd + 2)},
+      h.options().dtype(at::kFloat));
+  at::Tensor counters = at::zeros({B * kv_heads + 1}, h.options().dtype(at::kInt));  // the last: the barrier
+  a.qkv = qkv.data_ptr();
+  a.attn = attn.data_ptr();
+  a.act = act.data_ptr();
+  a.partial = partial.data_ptr<float>();
+  a.counters = counters.data_ptr<int>();
+  a.barrier = reinterpret_cast<unsigned*>(counters.data_ptr<int>() + B * kv_heads);
+  Check(kernels::DecodeLayers(KernelDtype(h), a, Stream(h)), "persistent decode");
+#else
+  TORCH_CHECK(false, "PersistentDecode: built without the fused CUDA kernels");
+#endif
+}
+
 }  // namespace cuda_agent::model

@@ -348,7 +348,7 @@ at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {
 #ifdef CUDA_AGENT_WITH_CUDA
   if (options_.cuda_graphs && decode_inputs_.is_cuda()) return ReplayDecode(rows, span, ids, positions, out);
 #endif
-  return out.copy_(model_.Decode(ids, positions, cache_, span, options_.fused_decode));
+  return out.copy_(model_.Decode(ids, positions, cache_, span, options_.decode_kernels));
 }
 
 #ifdef CUDA_AGENT_WITH_CUDA
@@ -363,10 +363,10 @@ at::Tensor Generator::ReplayDecode(int64_t rows, int64_t span, const at::Tensor&
     auto stream = c10::cuda::getStreamFromPool(false, decode_inputs_.device().index());
     {
       c10::cuda::CUDAStreamGuard guard(stream);
-      out.copy_(model_.Decode(ids, positions, cache_, span, options_.fused_decode));
+      out.copy_(model_.Decode(ids, positions, cache_, span, options_.decode_kernels));
       graph = std::make_unique<at::cuda::CUDAGraph>();
       graph->capture_begin(graphs_->pool);
-      out.copy_(model_.Decode(ids, positions, cache_, span, options_.fused_decode));
+      out.copy_(model_.Decode(ids, positions, cache_, span, options_.decode_kernels));
       graph->capture_end();
     }
     stream.synchronize();

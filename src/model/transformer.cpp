@@ -296,10 +296,15 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
 }
 
 at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
-                               bool fused) const {
+                               DecodeKernels kernels) const {
   const ModelConfig& c = impl_->config;
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
-  if (fused && ids.is_cuda() && B <= FusedDecodeMaxRows() && FusedDecodeFits(c.num_heads, kv, hd))
+  const bool small = ids.is_cuda() && B <= FusedDecodeMaxRows();
+  if (kernels == DecodeKernels::kPersistent && small &&
+      PersistentDecodeFits(impl_->options.dtype, c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads, kv,
+                           hd))
+    return DecodePersistent(ids, positions, cache, span);
+  if (kernels == DecodeKernels::kFused && small && FusedDecodeFits(c.num_heads, kv, hd))
     return DecodeFused(ids, positions, cache, span);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   at::Tensor pos = positions.view({B});
@@ -353,6 +358,42 @@ at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& pos
   // cuBLAS streams faster than DecodeLinear does.
   const at::Tensor& head = c.tie_word_embeddings ? m.P("model.embed_tokens.weight") : m.P("lm_head.weight");
   return at::linear(RmsNorm(h, m.P("model.norm.weight"), eps), head);
+}
+
+// Every layer in one persistent kernel (fused_ops.h), then the final norm
+// and the LM head.
+at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
+                                         int64_t span) const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids.view({-1})).contiguous();  // [B, hidden]
+  std::vector<DecodeLayerWeights> layers(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    auto linear = [&](const std::string& name) {
+      return LinearWeights{m.P(p + name + ".weight"), m.Opt(p + name + ".bias")};
+    };
+    DecodeLayerWeights& w = layers[static_cast<size_t>(i)];
+    w.input_norm = m.P(p + "input_layernorm.weight");
+    w.post_norm = m.P(p + "post_attention_layernorm.weight");
+    if (c.qk_norm) {
+      w.q_norm = m.P(p + "self_attn.q_norm.weight");
+      w.k_norm = m.P(p + "self_attn.k_norm.weight");
+    }
+    w.q = linear("self_attn.q_proj");
+    w.k = linear("self_attn.k_proj");
+    w.v = linear("self_attn.v_proj");
+    w.o = linear("self_attn.o_proj");
+    w.gate = linear("mlp.gate_proj");
+    w.up = linear("mlp.up_proj");
+    w.down = linear("mlp.down_proj");
+    w.k_cache = cache.k[static_cast<size_t>(i)];
+    w.v_cache = cache.v[static_cast<size_t>(i)];
+  }
+  PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads,
+                   c.intermediate_size, span);
+  const at::Tensor& head = c.tie_word_embeddings ? m.P("model.embed_tokens.weight") : m.P("lm_head.weight");
+  return at::linear(RmsNorm(h, m.P("model.norm.weight"), c.rms_norm_eps), head);
 }
 
 const std::vector<std::pair<std::string, at::Tensor>>& Transformer::parameters() const { return impl_->params; }

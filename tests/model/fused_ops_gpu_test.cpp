@@ -160,15 +160,22 @@ std::vector<nlohmann::json> FusedDecodeShapes() {
 
 // Three rows at different positions (the first past the 64-key chunk the
 // attention splits at, the third idle at the cache's last position) over a
-// span shorter than the cache: the fused step's logits and the keys and
-// values it writes equal the ATen step's, in fp32 and bf16.
+// span shorter than the cache: the fused and the persistent step's logits and
+// the keys and values they write equal the ATen step's, in fp32 and bf16.
+const char* Name(DecodeKernels kernels) { return kernels == DecodeKernels::kFused ? "fused" : "persistent"; }
+
 TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  for (auto kernels : {DecodeKernels::kFused, DecodeKernels::kPersistent})
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     for (const auto& cfg : FusedDecodeShapes()) {
-      std::string what = cfg["model_type"].get<std::string>() + " " + c10::toString(dtype);
+      std::string what = std::string(Name(kernels)) + " " + cfg["model_type"].get<std::string>() + " " +
+                         c10::toString(dtype);
       ModelConfig config = ParseModelConfig(cfg, what).value();
       ASSERT_TRUE(FusedDecodeFits(config.num_heads, config.num_kv_heads, config.head_dim)) << what;
+      ASSERT_TRUE(PersistentDecodeFits(dtype, config.num_layers, config.hidden_size, config.intermediate_size,
+                                       config.num_heads, config.num_kv_heads, config.head_dim))
+          << what;
       auto model = Transformer::Random(config, {dtype, kGpu, false}, 7);
       const int64_t max_len = 256, span = 128;
       KvCache aten = KvCache::Allocate(config, 4, max_len, dtype, kGpu);
@@ -182,8 +189,8 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
       }
       at::Tensor ids = at::randint(0, config.vocab_size, {3, 1}, prompt.options());
       at::Tensor positions = at::tensor(std::vector<int64_t>{90, 17, max_len - 1}, prompt.options()).view({3, 1});
-      at::Tensor want = model->Decode(ids, positions, aten, span, false).to(at::kFloat);
-      at::Tensor got = model->Decode(ids, positions, fused, span, true).to(at::kFloat);
+      at::Tensor want = model->Decode(ids, positions, aten, span).to(at::kFloat);
+      at::Tensor got = model->Decode(ids, positions, fused, span, kernels).to(at::kFloat);
       const double tol = dtype == at::kFloat ? 1e-4 : 0.05;
       const double scale = want.narrow(0, 0, 2).abs().max().item<double>();
       ExpectNear(got.narrow(0, 0, 2), want.narrow(0, 0, 2), tol * scale, 0, what + " logits");
@@ -201,11 +208,12 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   }
 }
 
-// Greedy generation through captured graphs: the fused decode gives the
-// tokens the ATen decode gives (fp32), batch 1 and a batch of 3 with a slot
-// freed and refilled.
+// Greedy generation through captured graphs: the fused and the persistent
+// decode give the tokens the ATen decode gives (fp32), batch 1 and a batch of
+// 3 with a slot freed and refilled.
 TEST(FusedOpsGpuTest, FusedDecodeGeneratesTheSameTokens) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  for (auto kernels : {DecodeKernels::kFused, DecodeKernels::kPersistent})
   for (const auto& cfg : FusedDecodeShapes()) {
     ModelConfig config = ParseModelConfig(cfg, "fused").value();
     auto model = Transformer::Random(config, {at::kFloat, kGpu, false}, 11);
@@ -219,12 +227,13 @@ TEST(FusedOpsGpuTest, FusedDecodeGeneratesTheSameTokens) {
     }
     for (int64_t slots : {1, 3}) {
       GeneratorOptions plain{slots, 256, 0}, fused = plain;
-      fused.fused_decode = true;
+      fused.decode_kernels = kernels;
       auto want = Generator(*model, nullptr, plain).Generate(requests);
       Generator gen(*model, nullptr, fused);
       auto got = gen.Generate(requests);
       for (size_t i = 0; i < requests.size(); ++i)
-        EXPECT_EQ(got[i].tokens, want[i].tokens) << cfg["model_type"] << " slots " << slots << " request " << i;
+        EXPECT_EQ(got[i].tokens, want[i].tokens)
+            << Name(kernels) << " " << cfg["model_type"] << " slots " << slots << " request " << i;
       EXPECT_GT(gen.stats().graph_replays, 0);
     }
   }

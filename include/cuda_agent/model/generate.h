@@ -61,9 +61,8 @@ struct GeneratorOptions {
   // The same fixed-shape decode over leading slots without graphs, on any
   // device (lets CPU tests check what the graphs capture).
   bool slot_decode = false;
-  // On CUDA, decode steps of up to FusedDecodeMaxRows() rows in five fused
-  // kernels per layer (Transformer::Decode's `fused`).
-  bool fused_decode = false;
+  // On CUDA, how decode steps run (Transformer::Decode).
+  DecodeKernels decode_kernels = DecodeKernels::kAten;
 };
 
 struct GeneratorStats {

@@ -31,6 +31,14 @@ struct LoadOptions {
   bool value_head = false;  // a scalar head on the last hidden state (PPO's critic)
 };
 
+// How Transformer::Decode computes a step on CUDA (model/fused_ops.h); each
+// falls back to the ATen ops where its kernels do not take the batch or shape.
+enum class DecodeKernels {
+  kAten,        // ATen ops (cuBLAS GEMMs, flash attention, fused elementwise kernels)
+  kFused,       // five kernels per layer, up to FusedDecodeMaxRows() rows
+  kPersistent,  // every layer in one persistent kernel, up to FusedDecodeMaxRows() rows
+};
+
 // Keys and values of every layer for `slots` sequences of up to `max_len` tokens.
 struct KvCache {
   std::vector<at::Tensor> k, v;  // per layer [slots, max_len, kv_heads, head_dim]
@@ -59,11 +67,9 @@ class Transformer {
   // One new token for each of the cache's first B slots (row b is slot b):
   // ids, positions [B, 1]; keys at positions < span are visible, and
   // span > every position. Returns logits [B, V]. No host synchronisation and
-  // fixed shapes for fixed (B, span), so a CUDA graph can capture it. `fused`:
-  // on CUDA, up to FusedDecodeMaxRows() rows in five fused kernels per layer
-  // (model/fused_ops.h) where the attention shape fits; ATen ops otherwise.
+  // fixed shapes for fixed (B, span), so a CUDA graph can capture it.
   at::Tensor Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
-                    bool fused = false) const;
+                    DecodeKernels kernels = DecodeKernels::kAten) const;
 
   // Hugging Face name -> parameter; the value head as value_head.weight/bias.
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const;
@@ -79,6 +85,8 @@ class Transformer {
  private:
   Transformer();
   at::Tensor DecodeFused(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const;
+  at::Tensor DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
+                              int64_t span) const;
   template <typename Attend>
   at::Tensor Run(const at::Tensor& ids, const at::Tensor& positions, at::Tensor* values, Attend&& attend) const;
   struct Impl;
