@@ -146,6 +146,15 @@ struct Trainer::Impl {
 
   explicit Impl(const config::Config& c) : config(c), task(c.task) {}
 
+  // The paper's stages in order: rejection fine-tuning, critic value
+  // pretraining, then RL; a step's stage follows from the step alone.
+  std::string StageOf(int64_t s) const {
+    const config::TrainConfig& t = config.train;
+    if (s < t.rft_steps) return "rft";
+    if (s < t.rft_steps + t.critic_pretrain_steps) return "critic_pretrain";
+    return "rl";
+  }
+
   int rank() const { return comm->rank(); }
   int world() const { return comm->world_size(); }
   fs::path output() const { return config.train.output_dir; }
@@ -226,10 +235,9 @@ struct Trainer::Impl {
 
   // One step's rollouts on this rank: its share of the step's prompts, with
   // further rounds under dynamic sampling until its groups are full.
-  rl::RolloutBatch Rollouts(json* metrics) {
+  rl::RolloutBatch Rollouts(bool dynamic, json* metrics) {
     const config::TrainConfig& t = config.train;
     const int64_t per_rank = t.prompts_per_step / world();
-    const bool dynamic = config.algorithm.dynamic_sampling;
     rl::DynamicSampler sampler(per_rank, dynamic ? config.algorithm.max_sampling_rounds : 1);
     rl::RolloutBatch all;
     double reward_sum = 0, responses = 0, response_tokens = 0;
@@ -360,6 +368,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::Config& config,
     return InvalidArgument("train.prompts_per_step: " + std::to_string(t.prompts_per_step) +
                            " is not a multiple of the " + std::to_string(impl->world()) + " ranks");
   CA_ASSIGN_OR_RETURN(rl::LearnerConfig learner_config, MakeLearnerConfig(config.algorithm));
+  if (t.rft_steps + t.critic_pretrain_steps > t.steps)
+    return InvalidArgument("train.rft_steps + train.critic_pretrain_steps (" +
+                           std::to_string(t.rft_steps + t.critic_pretrain_steps) + ") exceed train.steps (" +
+                           std::to_string(t.steps) + ")");
+  if (t.critic_pretrain_steps > 0 && learner_config.estimator != rl::AdvantageEstimator::kGae)
+    return InvalidArgument("train.critic_pretrain_steps: " + std::to_string(t.critic_pretrain_steps) +
+                           " needs a critic (algorithm.estimator gae, not " + config.algorithm.estimator + ")");
   learner_config.actor.total_steps = learner_config.critic.total_steps =
       t.steps * config.algorithm.epochs * config.algorithm.mini_batches;
 
@@ -463,19 +478,29 @@ StatusOr<TrainResult> Trainer::Run() {
       if (t.target_reward > 0 && m.last_eval >= t.target_reward) result.target_reached = m.step;
     }
     if (m.step >= t.steps || result.target_reached >= 0) break;
-    json line;
+    const std::string stage = m.StageOf(m.step);
+    json line = {{"stage", stage}};
     const auto start = Clock::now();
-    rl::RolloutBatch batch = m.Rollouts(&line);
+    rl::RolloutBatch batch = m.Rollouts(stage == "rl" && m.config.algorithm.dynamic_sampling, &line);
+    if (stage == "rft") {
+      batch = batch.Select(batch.scores >= t.rft_min_reward);
+      line["rft_kept"] = m.SumOverRanks({static_cast<double>(batch.size())})[0];
+    }
     const auto rolled = Clock::now();
     // Every rank updates or none does (the update's collectives must pair up).
-    const bool short_batch = batch.size() < mini_batches;
+    const bool short_batch = batch.size() < (stage == "rl" ? mini_batches : 1);
     if (m.SumOverRanks({short_batch ? 1.0 : 0.0})[0] == 0) {
       batch = batch.To(m.options.device);
-      m.learner->ComputeAdvantages(batch);
-      rl::UpdateMetrics u = m.learner->Update(batch);
+      rl::UpdateMetrics u;
+      if (stage == "rft") {
+        u = m.learner->FineTune(batch);
+      } else {
+        m.learner->ComputeAdvantages(batch);
+        u = stage == "critic_pretrain" ? m.learner->PretrainCritic(batch) : m.learner->Update(batch);
+      }
       for (const auto& [k, v] : u.values) line[k] = v;
     } else {
-      line["update_skipped"] = true;  // too few groups with reward spread on some rank
+      line["update_skipped"] = true;  // too few kept rows (groups with reward spread) on some rank
     }
     m.generator->ResetCache();
     const auto updated = Clock::now();
@@ -486,9 +511,10 @@ StatusOr<TrainResult> Trainer::Run() {
     CA_RETURN_IF_ERROR(m.WriteMetrics(line));
     if (m.rank() == 0) {
       std::ostringstream msg;
-      msg << std::fixed << std::setprecision(3) << "step " << m.step << "/" << t.steps << " reward "
+      msg << std::fixed << std::setprecision(3) << "step " << m.step << "/" << t.steps << " " << stage << " reward "
           << line["reward_mean"].get<double>();
-      if (line.contains("policy_loss")) msg << " policy_loss " << line["policy_loss"].get<double>();
+      for (const char* k : {"policy_loss", "sft_loss", "value_loss"})
+        if (line.contains(k)) msg << " " << k << " " << line[k].get<double>();
       msg << " (" << std::setprecision(2) << seconds(start, updated) << " s)";
       CA_LOG(kInfo) << msg.str();
     }

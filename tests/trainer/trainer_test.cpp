@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -20,8 +21,17 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// This process's runs, removed when it exits.
+const fs::path kRoot = fs::temp_directory_path() / ("cuda-agent-trainer-test-" + std::to_string(::getpid()));
+struct RemoveRoot {
+  ~RemoveRoot() {
+    std::error_code ec;
+    fs::remove_all(kRoot, ec);
+  }
+} remove_root;
+
 fs::path FreshDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("cuda-agent-trainer-test-" + std::to_string(::getpid())) / name;
+  fs::path dir = kRoot / name;
   fs::remove_all(dir);
   return dir;
 }
@@ -82,9 +92,43 @@ TEST(TrainerLearningTest, DapoLearnsToCopy) {
   ExpectLearnsToCopy(c, "DAPO");
 }
 
+// Rejection fine-tuning, then critic pretraining, then PPO: fine-tuning on
+// the policy's own correct answers raises its greedy reward, pretraining
+// raises the critic's explained variance and leaves the policy alone, and PPO
+// takes it to the target.
+TEST(TrainerLearningTest, StagesRftThenCriticPretrainingThenPpo) {
+  config::Config c = Defaults(FreshDir("stages"));
+  c.train.rft_steps = 30;
+  c.train.rft_min_reward = 2.0 / 3;  // two of the three symbols right
+  c.train.critic_pretrain_steps = 20;
+  TrainResult r = Train(c);
+  std::map<int64_t, json> eval, update;
+  for (const json& j : Metrics(c.train.output_dir))
+    (j.contains("eval_reward") ? eval : update)[j.at("step").get<int64_t>()] = j;
+  for (int64_t s = 1; s <= 30; ++s) {
+    EXPECT_EQ(update[s].at("stage"), "rft") << s;
+    EXPECT_TRUE(update[s].contains("sft_loss")) << s;
+  }
+  EXPECT_GT(eval.at(30).at("eval_reward").get<double>(), eval.at(0).at("eval_reward").get<double>() + 0.1)
+      << "rejection fine-tuning should raise the greedy reward";
+  for (int64_t s = 31; s <= 50; ++s) {
+    EXPECT_EQ(update[s].at("stage"), "critic_pretrain") << s;
+    EXPECT_FALSE(update[s].contains("policy_loss")) << s;
+  }
+  EXPECT_DOUBLE_EQ(eval.at(40).at("eval_reward").get<double>(), eval.at(50).at("eval_reward").get<double>())
+      << "critic pretraining must leave the policy unchanged";
+  EXPECT_GT(update[50].at("explained_variance").get<double>(), update[31].at("explained_variance").get<double>());
+  EXPECT_EQ(update[51].at("stage"), "rl");
+  EXPECT_GE(r.target_reached, 0) << "PPO after the stages did not reach 90% in " << c.train.steps << " steps";
+  std::cout << "RFT -> critic pretraining -> PPO: 90% at step " << r.target_reached << "\n";
+}
+
 config::Config ShortRun(const fs::path& dir, int64_t steps) {
   config::Config c = Defaults(dir);
   c.train.steps = steps;
+  c.train.rft_steps = 1;  // the resume below crosses from critic pretraining into PPO
+  c.train.rft_min_reward = 1.0 / 3;
+  c.train.critic_pretrain_steps = 2;
   c.train.checkpoint_every = 3;
   c.train.eval_every = 2;
   c.train.eval_prompts = 8;
@@ -115,6 +159,7 @@ TEST(TrainerTest, TwoGlooRanksResumeTheirShardsExactly) {
   const fs::path whole = FreshDir("whole2"), split = FreshDir("split2");
   config::Config c = ShortRun(whole, 4);
   c.algorithm.estimator = "grpo";  // no critic: the other model kind
+  c.train.critic_pretrain_steps = 0;
   std::vector<std::unique_ptr<Trainer>> full(2), resumed(2);
   rl::testing_fixture::OnTwoRanks([&](int rank, rl::Communicator* comm) {
     auto t = Trainer::Create(c, "", comm);
@@ -161,6 +206,17 @@ TEST(TrainerTest, RefusesRunsThatCannotWork) {
   auto dual = Trainer::Create(c, "", nullptr);
   ASSERT_FALSE(dual.ok());
   EXPECT_NE(dual.status().message().find("algorithm.dual_clip"), std::string::npos);
+
+  c = ShortRun(FreshDir("stages"), 3);
+  c.train.critic_pretrain_steps = 5;
+  auto stages = Trainer::Create(c, "", nullptr);
+  ASSERT_FALSE(stages.ok());
+  EXPECT_NE(stages.status().message().find("exceed train.steps"), std::string::npos) << stages.status().ToString();
+  c.train.critic_pretrain_steps = 1;
+  c.algorithm.estimator = "grpo";
+  auto no_critic = Trainer::Create(c, "", nullptr);
+  ASSERT_FALSE(no_critic.ok());
+  EXPECT_NE(no_critic.status().message().find("needs a critic"), std::string::npos) << no_critic.status().ToString();
 
   c = ShortRun(FreshDir("heads"), 3);
   c.model.heads = 3;

@@ -126,6 +126,9 @@ struct TrainConfig {
   double target_reward = 0.9;
   int64_t checkpoint_every = 50;
   int64_t keep_checkpoints = 2;
+  int64_t rft_steps = 0;
+  double rft_min_reward = 1.0;
+  int64_t critic_pretrain_steps = 0;
 
   template <class V>
   void Visit(V& v) {
@@ -143,6 +146,16 @@ struct TrainConfig {
     v("checkpoint_every", checkpoint_every, "checkpoint every N steps (and at the end); 0: only at the end",
       Range{0, 1e9});
     v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept; older ones are deleted", Range{1, 1e6});
+    v("rft_steps", rft_steps,
+      "stage 1, the first N of `steps`: rejection fine-tuning (cross-entropy on the sampled responses that "
+      "reach rft_min_reward); 0: none",
+      Range{0, 1e9});
+    v("rft_min_reward", rft_min_reward, "rejection fine-tuning keeps responses with at least this reward",
+      Range{-1e9, 1e9});
+    v("critic_pretrain_steps", critic_pretrain_steps,
+      "stage 2, the next N steps: critic value pretraining on GAE returns, the policy unchanged (estimator gae); "
+      "the rest of `steps` is RL",
+      Range{0, 1e9});
   }
 };
 

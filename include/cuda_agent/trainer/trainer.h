@@ -3,7 +3,9 @@
 // policy's own generator, score them, drop groups without reward spread
 // (DAPO's dynamic sampling, optional), compute advantages, update the policy
 // (and critic), append one line to metrics.jsonl. Ranks split every step's
-// prompts; the learner sums their gradients.
+// prompts; the learner sums their gradients. Optional first stages (DESIGN.md
+// §6): rejection fine-tuning on the responses that reach a reward, then
+// critic value pretraining, then RL for the rest of the steps.
 //
 // Checkpoints (output_dir/step_NNNNNN/) hold the policy and critic as Hugging
 // Face directories, every rank's optimizer shard and trainer_state.json,
