@@ -24,6 +24,22 @@ TEST(ConfigTest, DefaultsWithoutAFile) {
   EXPECT_TRUE(c->sandbox.isolate);
 }
 
+// Every shipped config loads; configs/quickstart.yaml is the embedded default, written out.
+TEST(ConfigTest, ShippedConfigsLoadAndTheQuickStartIsTheDefault) {
+  const fs::path dir = fs::path(CUDA_AGENT_TEST_FIXTURES) / ".." / "configs";
+  int loaded = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".yaml") continue;
+    auto c = LoadConfig(e.path(), {});
+    EXPECT_TRUE(c.ok()) << e.path() << ": " << c.status().ToString();
+    ++loaded;
+  }
+  EXPECT_GE(loaded, 5);
+  auto quick = LoadConfig(dir / "quickstart.yaml", {});
+  ASSERT_TRUE(quick.ok()) << quick.status().ToString();
+  EXPECT_EQ(DumpConfig(*quick), DumpConfig(*LoadConfig("", {})));
+}
+
 TEST(ConfigTest, ReadsValuesAndOverrides) {
   fs::path p = WriteYaml("values", "judge:\n  atol: 0.001\n  nvcc_flags: [-O2]\nsandbox:\n  memory_limit_mb: 512\n");
   auto c = LoadConfig(p, {"judge.rtol=0.5", "judge.backend=cpu"});
