@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "decode_kernels.h"
 #include "fused_kernels.h"
 #endif
 

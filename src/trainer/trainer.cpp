@@ -20,32 +20,6 @@ namespace cuda_agent::trainer {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// ---- SyntheticTask ----
-
-std::vector<int32_t> SyntheticTask::Prompt(std::mt19937_64& rng) const {
-  std::uniform_int_distribution<int32_t> symbol(2, static_cast<int32_t>(1 + config_.symbols));
-  std::vector<int32_t> p{kBos};
-  for (int64_t i = 0; i < config_.length; ++i) p.push_back(symbol(rng));
-  p.push_back(kSep);
-  return p;
-}
-
-std::vector<int32_t> SyntheticTask::Answer(const std::vector<int32_t>& prompt) const {
-  std::vector<int32_t> a(prompt.begin() + 1, prompt.end() - 1);
-  if (config_.kind == "reverse") std::reverse(a.begin(), a.end());
-  if (config_.kind == "sort") std::sort(a.begin(), a.end());
-  return a;
-}
-
-double SyntheticTask::Reward(const std::vector<int32_t>& prompt, const std::vector<int32_t>& response) const {
-  const std::vector<int32_t> answer = Answer(prompt);
-  int64_t right = 0;
-  for (size_t i = 0; i < answer.size() && i < response.size(); ++i) right += response[i] == answer[i];
-  return static_cast<double>(right) / static_cast<double>(answer.size());
-}
-
-// ---- Trainer ----
-
 namespace {
 
 // Independent streams from (seed, step, round, stream) (splitmix64 finaliser).
@@ -290,7 +264,12 @@ struct Trainer::Impl {
     if (critic) CA_RETURN_IF_ERROR(learner->critic_optimizer()->Save(tmp / "optimizer" / ("critic." + shard)));
     comm->Barrier();
     if (rank() == 0) {
-      json state = {{"step", step}, {"world_size", world()}, {"last_eval", last_eval}};
+      // The weights, the optimizer shards and this; the sampling and prompt
+      // streams follow from (seed, step). Written last: the checkpoint's
+      // completion marker.
+      CA_RETURN_IF_ERROR(WriteFileAtomic(tmp / "config.yaml", config::DumpConfig(config)));
+      json state = {{"format", 1},          {"step", step},        {"stage", StageOf(step)},
+                    {"seed", config.train.seed}, {"world_size", world()}, {"last_eval", last_eval}};
       CA_RETURN_IF_ERROR(WriteFileAtomic(tmp / "trainer_state.json", state.dump(2) + "\n"));
       std::error_code ec;
       fs::remove_all(final_dir, ec);
@@ -394,8 +373,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::Config& config,
   if (!checkpoint.empty()) {
     CA_ASSIGN_OR_RETURN(std::string text, ReadFile(checkpoint / "trainer_state.json"));
     state = json::parse(text, nullptr, false);
-    if (state.is_discarded() || !state.contains("step"))
-      return InvalidArgument((checkpoint / "trainer_state.json").string() + ": not a trainer state");
+    if (state.is_discarded() || !state.contains("step") || state.value("format", 0) != 1)
+      return InvalidArgument((checkpoint / "trainer_state.json").string() +
+                             ": not a trainer state of format 1");
+    if (state.value("seed", int64_t{-1}) != t.seed)
+      return InvalidArgument(checkpoint.string() + ": saved with train.seed " +
+                             std::to_string(state.value("seed", int64_t{-1})) + ", resumed with " +
+                             std::to_string(t.seed) + " (the run would not continue as it began)");
     if (state.value("world_size", 0) != impl->world())
       return InvalidArgument(checkpoint.string() + ": saved by " + std::to_string(state.value("world_size", 0)) +
                              " ranks, resumed by " + std::to_string(impl->world()) +

@@ -70,6 +70,35 @@ TrainResult Train(const config::Config& c, const std::string& resume = "", rl::C
   return *result;
 }
 
+TEST(SyntheticTaskTest, AnswersAndPartialRewards) {
+  config::TaskConfig t;
+  t.length = 4;
+  t.symbols = 5;
+  const std::vector<int32_t> prompt{SyntheticTask::kBos, 5, 2, 6, 2, SyntheticTask::kSep};
+  for (auto [kind, answer] : {std::pair<std::string, std::vector<int32_t>>{"copy", {5, 2, 6, 2}},
+                              {"reverse", {2, 6, 2, 5}},
+                              {"sort", {2, 2, 5, 6}}}) {
+    t.kind = kind;
+    SyntheticTask task(t);
+    EXPECT_EQ(task.Answer(prompt), answer) << kind;
+    EXPECT_DOUBLE_EQ(task.Reward(prompt, answer), 1.0) << kind;
+    std::vector<int32_t> half = answer;
+    half[1] = half[3] = 0;
+    EXPECT_DOUBLE_EQ(task.Reward(prompt, half), 0.5) << kind;
+    EXPECT_DOUBLE_EQ(task.Reward(prompt, {answer[0]}), 0.25) << kind << ": a short response";
+  }
+  std::mt19937_64 rng(3);
+  SyntheticTask task(t);
+  for (int i = 0; i < 100; ++i) {
+    auto p = task.Prompt(rng);
+    ASSERT_EQ(p.size(), 6u);
+    EXPECT_EQ(p.front(), SyntheticTask::kBos);
+    EXPECT_EQ(p.back(), SyntheticTask::kSep);
+    for (size_t k = 1; k < 5; ++k) EXPECT_TRUE(p[k] >= 2 && p[k] <= 6) << p[k];
+  }
+  EXPECT_EQ(task.vocab_size(), 7);
+}
+
 void ExpectLearnsToCopy(config::Config c, const std::string& name) {
   TrainResult r = Train(c);
   auto metrics = Metrics(c.train.output_dir);
@@ -196,6 +225,12 @@ TEST(TrainerTest, RefusesRunsThatCannotWork) {
   auto again = Trainer::Create(ShortRun(dir, 3), "", nullptr);  // would overwrite the earlier run
   ASSERT_FALSE(again.ok());
   EXPECT_NE(again.status().message().find("--resume auto"), std::string::npos) << again.status().ToString();
+
+  config::Config reseeded = ShortRun(dir, 6);
+  reseeded.train.seed = 5;
+  auto seed = Trainer::Create(reseeded, "auto", nullptr);
+  ASSERT_FALSE(seed.ok());
+  EXPECT_NE(seed.status().message().find("train.seed 0"), std::string::npos) << seed.status().ToString();
 
   auto missing = Trainer::Create(ShortRun(FreshDir("other"), 3), (dir / "step_000002").string(), nullptr);
   ASSERT_FALSE(missing.ok());

@@ -1,0 +1,112 @@
+// Launchers of the decode kernels behind model/fused_ops.h (decode_kernels.cu):
+// plain pointers and sizes, no torch. Every launcher runs on `stream` and
+// returns the launch's cudaError_t as an int.
+#pragma once
+
+#include <cstdint>
+
+#include "fused_kernels.h"  // Dtype, cudaStream_t
+
+namespace cuda_agent::model::kernels {
+
+// One new token for each of `batch` <= kDecodeMaxRows rows.
+constexpr int kDecodeMaxRows = 8;
+constexpr int kDecodeMaxGroup = 8;  // query heads per key head
+
+// One weight matrix [rows, k] (row-major) and its optional bias [rows].
+struct DecodeMatrix {
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  int64_t rows = 0;
+};
+
+// y[b] = W xn[b] + bias for every row b of x [batch, k], where xn = x, or
+// RMSNorm(x) * norm_weight when norm_weight is set. The output rows are those
+// of m[0], then m[1], then m[2] (unused ones have rows 0), or with `swiglu`
+// silu(m[0] xn) * (m[1] xn). `residual` [batch, n] is added when set (y may be
+// the same buffer). Each weight is read once for all rows.
+struct DecodeGemvArgs {
+  const void* x = nullptr;
+  int64_t batch = 0, k = 0;
+  const void* norm_weight = nullptr;
+  float eps = 0;
+  DecodeMatrix m[3];
+  bool swiglu = false;
+  const void* residual = nullptr;
+  void* y = nullptr;
+};
+int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream);
+
+// Attention of one new token per row b over cache slot b: takes q, k, v from
+// qkv [batch, (heads + 2 kv_heads) * head_dim], applies the optional q/k
+// RMSNorm and the rotary embedding at positions[b], writes k and v into the
+// caches [slots, max_len, kv_heads, head_dim] at positions[b], and attends
+// keys 0..positions[b] (at most the first `span`: rows past it are idle and
+// their output unused). out: [batch, heads * head_dim]. head_dim 64 or 128.
+struct DecodeAttentionArgs {
+  const void* qkv = nullptr;
+  int64_t batch = 0, heads = 0, kv_heads = 0, head_dim = 0, max_len = 0, span = 0;
+  const int64_t* positions = nullptr;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  float eps = 0, scale = 0;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  void* out = nullptr;
+  // Work space of a split over key positions: DecodeAttentionChunks(span)
+  // partial results per (row, key head) of kDecodeMaxGroup * (head_dim + 2)
+  // floats each, and one int per (row, key head), zero before the launch (the
+  // kernel leaves it zero).
+  float* partial = nullptr;
+  int* counters = nullptr;
+};
+int64_t DecodeAttentionChunks(int64_t span);
+int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t stream);
+
+// ---- Decode: every layer of a step in one persistent kernel ----
+constexpr int kDecodeMaxLayers = 64;
+
+struct DecodeLayer {
+  const void* input_norm = nullptr;  // [hidden]
+  const void* post_norm = nullptr;   // [hidden]
+  const void* q_norm = nullptr;      // [head_dim] (Qwen3) or null
+  const void* k_norm = nullptr;
+  DecodeMatrix q, k, v, o, gate, up, down;
+  void* k_cache = nullptr;  // [slots, max_len, kv_heads, head_dim]
+  void* v_cache = nullptr;
+};
+
+// One block per SM runs the layers' stages (norm + q/k/v, attention, o +
+// residual, norm + gate/up + SwiGLU, down + residual) with a grid-wide
+// barrier after each, and copies every stage's weights for the next layer
+// into shared memory while the current layer runs. h [batch, hidden] holds
+// the embeddings on entry and the last layer's output on return.
+struct DecodeLayersArgs {
+  DecodeLayer layers[kDecodeMaxLayers];
+  int64_t num_layers = 0, batch = 0, hidden = 0, mlp = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t max_len = 0, span = 0;
+  float eps = 0, scale = 0;
+  const int64_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  void* h = nullptr;
+  // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], attn [batch,
+  // heads * head_dim], act [batch, mlp]; partial and counters as for
+  // DecodeAttention; barrier: one zero.
+  void* qkv = nullptr;
+  void* attn = nullptr;
+  void* act = nullptr;
+  float* partial = nullptr;
+  int* counters = nullptr;
+  unsigned* barrier = nullptr;
+  // Set by DecodeLayers: per stage (q/k/v, o, gate/up, down), the rows each
+  // block keeps in shared memory at most, and where.
+  int64_t stage_rows[4] = {}, stage_offset[4] = {};
+};
+// Whether the persistent kernel takes this shape (16-byte aligned rows,
+// head_dim 64 or 128, up to kDecodeMaxGroup query heads per key head).
+bool DecodeLayersFit(Dtype dtype, int64_t layers, int64_t hidden, int64_t mlp, int64_t heads, int64_t kv_heads,
+                     int64_t head_dim);
+int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream);
+
+}  // namespace cuda_agent::model::kernels
