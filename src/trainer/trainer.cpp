@@ -303,9 +303,15 @@ struct Trainer::Impl {
 
   // After a resume: drops metric lines past the checkpoint (a crash may have
   // left some) and its step's evaluation, which runs again, so the file reads
-  // as one run.
+  // as one run; checkpoints past it in output_dir belong to the discarded
+  // continuation and go too.
   Status TrimMetrics() {
     if (rank() != 0) return Status::Ok();
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(output(), ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("step_", 0) == 0 && name.substr(0, 11) > CheckpointName(step)) fs::remove_all(e.path(), ec);
+    }
     const fs::path path = output() / "metrics.jsonl";
     if (!fs::exists(path)) return Status::Ok();
     CA_ASSIGN_OR_RETURN(std::string text, ReadFile(path));

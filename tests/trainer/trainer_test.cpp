@@ -182,6 +182,14 @@ TEST(TrainerTest, ResumedRunEqualsTheUninterruptedRun) {
                         "optimizer/critic.rank0.safetensors", "trainer_state.json"})
     EXPECT_TRUE(fs::exists(split / "step_000006" / f)) << f;
   EXPECT_EQ(Trainer::LatestCheckpoint(split), split / "step_000006");
+
+  // Resuming from the earlier checkpoint discards the later one and ends in the same place.
+  auto again = Trainer::Create(ShortRun(split, 6), (split / "step_000003").string(), nullptr);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(fs::exists(split / "step_000006"));
+  ASSERT_TRUE((*again)->Run().ok());
+  ExpectSameParameters((*a)->policy(), (*again)->policy());
+  EXPECT_EQ(Metrics(whole), Metrics(split));
 }
 
 TEST(TrainerTest, TwoGlooRanksResumeTheirShardsExactly) {
