@@ -172,6 +172,9 @@ struct Trainer::Impl {
     auto tokens = b.tokens.accessor<int64_t, 2>();
     auto mask = b.action_mask.accessor<bool, 2>();
     auto old = b.old_logprobs.accessor<float, 2>();
+    auto rewards = b.rewards.accessor<float, 2>();
+    auto scores = b.scores.accessor<float, 1>();
+    auto groups = b.groups.accessor<int64_t, 1>();
     for (int64_t i = 0; i < B; ++i) {
       const auto& prompt = prompts[i / group];
       const auto& r = results[i];
@@ -182,10 +185,10 @@ struct Trainer::Impl {
         mask[i][P + t] = true;
         old[i][P + t] = r.logprobs[t];
       }
-      const double reward = task.Reward(prompt, r.tokens);
-      if (R > 0) b.rewards[i][P + R - 1] = reward;
-      b.scores[i] = reward;
-      b.groups[i] = i / group;
+      const float reward = static_cast<float>(task.Reward(prompt, r.tokens));
+      if (R > 0) rewards[i][P + R - 1] = reward;
+      scores[i] = reward;
+      groups[i] = i / group;
     }
     return b;
   }
