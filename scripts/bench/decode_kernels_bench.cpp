@@ -1,6 +1,7 @@
 // GPU time of each fused decode kernel alone (model/fused_ops.h) at one
 // model's shapes, next to cuBLAS (at::linear) on the same weights, and the
-// bandwidth each reaches: where a batch-1 decode step's time goes.
+// bandwidth each reaches: where a batch-1 decode step's time goes. Last, the
+// persistent kernel over all layers and its time per layer.
 //
 //   decode_kernels_bench --batch 1 --span 384 --json out.json
 //   CUDA_AGENT_DECODE_PDL=0 decode_kernels_bench ...   # without programmatic launch
@@ -47,11 +48,12 @@ double MeanMicros(const std::function<void()>& fn, int iters) {
 
 int main(int argc, char** argv) {
   CLI::App app{"fused decode kernels, one at a time"};
-  int64_t batch = 1, span = 384;
+  int64_t batch = 1, span = 384, num_layers = 24;
   int iters = 200;
   std::string json_path;
   app.add_option("--batch", batch, "rows (1..8)");
   app.add_option("--span", span, "cached key positions the attention reads");
+  app.add_option("--layers", num_layers, "layers of the persistent kernel's run");
   app.add_option("--iters", iters, "calls timed per kernel");
   app.add_option("--json", json_path, "write results here");
   app.add_flag("--plain", plain, "run the kernels without timing them (for an external profiler such as ncu)");
@@ -110,6 +112,35 @@ int main(int argc, char** argv) {
   const double kv_bytes = 2.0 * batch * span * kv * hd * 2;
   rows.push_back({{"kernel", "attention"}, {"kv_mb", kv_bytes / 1e6}, {"fused_us", attention}});
   std::printf("%-26s %8.2f MB  fused %8.2f us\n", "attention", kv_bytes / 1e6, attention);
+  // The persistent kernel over --layers layers of this shape, and its time per layer
+  // against the bytes each layer reads.
+  std::vector<model::DecodeLayerWeights> layers(static_cast<size_t>(num_layers));
+  for (auto& l : layers) {
+    l.input_norm = norm;
+    l.post_norm = norm;
+    l.q = {w(heads * hd, hidden), at::randn({heads * hd}, bf16)};
+    l.k = {w(kv * hd, hidden), at::randn({kv * hd}, bf16)};
+    l.v = {w(kv * hd, hidden), at::randn({kv * hd}, bf16)};
+    l.o = {w(hidden, heads * hd), {}};
+    l.gate = {w(mlp, hidden), {}};
+    l.up = {w(mlp, hidden), {}};
+    l.down = {w(hidden, mlp), {}};
+    l.k_cache = at::randn({batch, max_len, kv, hd}, bf16);
+    l.v_cache = at::randn({batch, max_len, kv, hd}, bf16);
+  }
+  at::Tensor h0 = at::randn({batch, hidden}, bf16);
+  const double persistent = MeanMicros(
+      [&] {
+        at::Tensor h = h0.clone();
+        model::PersistentDecode(h, layers, positions, inv_freq, 1e-6, heads, kv, mlp, span);
+      },
+      iters);
+  const double layer_mb = ((heads + 2 * kv) * hd * hidden + heads * hd * hidden + 3.0 * mlp * hidden) * 2 / 1e6;
+  rows.push_back({{"kernel", "persistent"}, {"layers", num_layers}, {"us", persistent},
+                  {"us_per_layer", persistent / num_layers}, {"layer_weight_mb", layer_mb}});
+  std::printf("%-26s %8.2f MB/layer  %d layers %8.2f us (%6.2f us a layer, %5.2f TB/s)\n", "persistent", layer_mb,
+              static_cast<int>(num_layers), persistent, persistent / num_layers,
+              layer_mb * num_layers / persistent / 1e6);
   if (!json_path.empty())
     std::ofstream(json_path) << nlohmann::json{{"batch", batch}, {"span", span}, {"rows", rows}}.dump(1) << "\n";
   return 0;

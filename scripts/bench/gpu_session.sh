@@ -2,7 +2,7 @@
 # Everything that needs the GPU host, in one run, results under OUT_DIR.
 # On the host (after `source .device/env.sh` where gRPC is staged):
 #
-#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|learner|train ...
+#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|learner|train|profile ...
 #
 #   build       configure and build build-gpu (benchmarks included)
 #   tests       the GPU tests of the model and the learner (CUDA graphs, NCCL),
@@ -15,6 +15,7 @@
 #               bf16, 4096 tokens; on one GPU and, where there are two, on both
 #               (sharded and replicated optimizer state)
 #   train       cuda-agent train on the GPU (and on two through torchrun)
+#   profile     decode kernels alone (decode_kernels_bench) and under Nsight Compute
 set -uo pipefail
 out=$1
 shift
@@ -55,6 +56,19 @@ for step in "$@"; do
               >> "$out/learner.log" 2>&1
           done
         fi
+      done
+      ;;
+    profile)
+      # Where a batch-1 decode step's time goes: each decode kernel alone next to
+      # cuBLAS, the persistent kernel per layer, then Nsight Compute on one launch
+      # of each (6th launch: warmed up).
+      CUDA_AGENT_DECODE_PDL=0 $build/decode_kernels_bench --batch 1 --json "$out/decode_kernels.json" \
+        > "$out/decode_kernels.log" 2>&1
+      for kernel in DecodeLayersKernel DecodeGemvKernel DecodeAttentionKernel; do
+        ncu --kernel-name regex:$kernel --launch-skip 5 --launch-count 1 --section SpeedOfLight \
+          --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+          --section MemoryWorkloadAnalysis --section SourceCounters \
+          $build/decode_kernels_bench --plain --iters 1 > "$out/ncu_$kernel.txt" 2>&1
       done
       ;;
     train)
