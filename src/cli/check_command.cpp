@@ -18,6 +18,22 @@ void AddConfigOptions(CLI::App* command, ConfigOptions* options) {
   command->add_flag("--dump-config", options->dump_config, "print the resolved config as YAML and exit");
 }
 
+std::optional<int> LoadCommandConfig(const ConfigOptions& options, const std::vector<std::string>& extra_overrides,
+                                     config::Config* config) {
+  std::vector<std::string> overrides = options.overrides;
+  overrides.insert(overrides.end(), extra_overrides.begin(), extra_overrides.end());
+  auto loaded = config::LoadConfig(options.config_path, overrides);
+  if (!loaded.ok()) return Fail(loaded.status());
+  *config = std::move(*loaded);
+  if (options.dump_config) {
+    std::cout << config::DumpConfig(*config);
+    return 0;
+  }
+  log::Level level;
+  if (log::ParseLevel(config->log_level, &level)) log::SetLevel(level);
+  return std::nullopt;
+}
+
 int Fail(const Status& status) {
   std::cerr << "error: " << status.ToString() << "\n";
   bool usage = status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kNotFound;
@@ -42,21 +58,15 @@ std::function<int()> AddCheckCommand(CLI::App* app) {
   cmd->add_flag("--json", opts->json, "print the full verdict as JSON");
   AddConfigOptions(cmd, &opts->config);
   return [opts]() -> int {
-    std::vector<std::string> overrides = opts->config.overrides;
-    if (!opts->backend.empty()) overrides.push_back("judge.backend=" + opts->backend);
-    auto config = config::LoadConfig(opts->config.config_path, overrides);
-    if (!config.ok()) return Fail(config.status());
-    if (opts->config.dump_config) {
-      std::cout << config::DumpConfig(*config);
-      return 0;
-    }
-    log::Level level;
-    if (log::ParseLevel(config->log_level, &level)) log::SetLevel(level);
+    std::vector<std::string> backend;
+    if (!opts->backend.empty()) backend.push_back("judge.backend=" + opts->backend);
+    config::Config config;
+    if (auto done = LoadCommandConfig(opts->config, backend, &config)) return *done;
     auto task = kernel_eval::LoadTask(opts->task);
     if (!task.ok()) return Fail(task.status());
     auto candidate = kernel_eval::LoadCandidate(opts->candidate);
     if (!candidate.ok()) return Fail(candidate.status());
-    auto judge = kernel_eval::Judge::Create(config->judge, config->sandbox);
+    auto judge = kernel_eval::Judge::Create(config.judge, config.sandbox);
     if (!judge.ok()) return Fail(judge.status());
     kernel_eval::Stage stage = kernel_eval::Stage::kProfile;
     kernel_eval::ParseStage(opts->stage, &stage);

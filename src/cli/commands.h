@@ -5,9 +5,11 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cuda_agent/config/config.h"
 #include "cuda_agent/util/status.h"
 
 namespace cuda_agent::cli {
@@ -20,6 +22,11 @@ struct ConfigOptions {
 };
 
 void AddConfigOptions(CLI::App* command, ConfigOptions* options);
+// Loads the config `options` name (with `extra_overrides` after the user's)
+// into *config and applies its log level. Returns the exit code when the
+// command is done already: a bad config, or --dump-config printed it.
+std::optional<int> LoadCommandConfig(const ConfigOptions& options, const std::vector<std::string>& extra_overrides,
+                                     config::Config* config);
 
 // Registers `check`; the returned function runs it and gives the exit code.
 std::function<int()> AddCheckCommand(CLI::App* app);

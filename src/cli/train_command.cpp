@@ -22,17 +22,11 @@ std::function<int()> AddTrainCommand(CLI::App* app) {
                   "auto: continue from the newest checkpoint in train.output_dir (fresh if none); "
                   "or a checkpoint directory");
   return [opts, resume]() -> int {
-    auto config = config::LoadConfig(opts->config_path, opts->overrides);
-    if (!config.ok()) return Fail(config.status());
-    if (opts->dump_config) {
-      std::cout << config::DumpConfig(*config);
-      return 0;
-    }
-    log::Level level;
-    if (log::ParseLevel(config->log_level, &level)) log::SetLevel(level);
-    auto comm = rl::Communicator::FromEnvironment(config->model.device == "cuda" ? "nccl" : "gloo");
+    config::Config config;
+    if (auto done = LoadCommandConfig(*opts, {}, &config)) return *done;
+    auto comm = rl::Communicator::FromEnvironment(config.model.device == "cuda" ? "nccl" : "gloo");
     if (!comm.ok()) return Fail(comm.status());
-    auto trainer = trainer::Trainer::Create(*config, *resume, comm->get());
+    auto trainer = trainer::Trainer::Create(config, *resume, comm->get());
     if (!trainer.ok()) return Fail(trainer.status());
     auto result = (*trainer)->Run();
     if (!result.ok()) return Fail(result.status());
@@ -40,7 +34,7 @@ std::function<int()> AddTrainCommand(CLI::App* app) {
       std::cout << "trained " << result->step << " steps";
       if (result->last_eval >= 0) std::cout << ", greedy evaluation reward " << result->last_eval;
       if (result->target_reached >= 0) std::cout << " (target reached at step " << result->target_reached << ")";
-      std::cout << "\ncheckpoints and metrics.jsonl in " << config->train.output_dir << std::endl;
+      std::cout << "\ncheckpoints and metrics.jsonl in " << config.train.output_dir << std::endl;
     }
     return 0;
   };

@@ -18,31 +18,25 @@ std::function<int()> AddWorkerCommand(CLI::App* app) {
   CLI::App* cmd = app->add_subcommand("worker", "serve sandboxed kernel evaluation over gRPC");
   AddConfigOptions(cmd, opts.get());
   return [opts]() -> int {
-    auto config = config::LoadConfig(opts->config_path, opts->overrides);
-    if (!config.ok()) return Fail(config.status());
-    if (opts->dump_config) {
-      std::cout << config::DumpConfig(*config);
-      return 0;
-    }
-    log::Level level;
-    if (log::ParseLevel(config->log_level, &level)) log::SetLevel(level);
+    config::Config config;
+    if (auto done = LoadCommandConfig(*opts, {}, &config)) return *done;
     // Block the stop signals before any thread starts; one thread waits for them.
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-    std::vector<int64_t> devices = config->worker.devices;
-    if (devices.empty()) devices.push_back(config->judge.device);
+    std::vector<int64_t> devices = config.worker.devices;
+    if (devices.empty()) devices.push_back(config.judge.device);
     std::vector<std::shared_ptr<kernel_eval::Judge>> judges;
     for (int64_t device : devices) {  // one judge, and one timing slot, per GPU
-      config::JudgeConfig jc = config->judge;
+      config::JudgeConfig jc = config.judge;
       jc.device = device;
-      auto judge = kernel_eval::Judge::Create(jc, config->sandbox);
+      auto judge = kernel_eval::Judge::Create(jc, config.sandbox);
       if (!judge.ok()) return Fail(judge.status());
       judges.push_back(std::shared_ptr<kernel_eval::Judge>(std::move(*judge)));
     }
-    auto server = rpc::WorkerServer::Start(config->worker, std::move(judges));
+    auto server = rpc::WorkerServer::Start(config.worker, std::move(judges));
     if (!server.ok()) return Fail(server.status());
     std::cout << "serving on " << (*server)->address() << std::endl;
     int sig = 0;

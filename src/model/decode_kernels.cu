@@ -744,8 +744,7 @@ int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream)
         a.stage_offset[s] = offset;
         offset += a.stage_rows[s] * row_bytes[s];  // rows are whole 16-byte packs
       }
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(offset));
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+      ConfigureDecodeKernel(kernel, offset);
       cudaLaunchAttribute attribute[1];
       attribute[0].id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
       attribute[0].val.cooperative = 1;

@@ -30,8 +30,8 @@ bool Fusable(const at::Tensor& t) {
   return t.is_cuda() && (s == at::kFloat || s == at::kBFloat16 || s == at::kHalf);
 }
 
-kernels::Dtype KernelDtype(const at::Tensor& t) {
-  switch (t.scalar_type()) {
+kernels::Dtype KernelDtype(c10::ScalarType dtype) {
+  switch (dtype) {
     case at::kBFloat16:
       return kernels::Dtype::kBFloat16;
     case at::kHalf:
@@ -39,6 +39,15 @@ kernels::Dtype KernelDtype(const at::Tensor& t) {
     default:
       return kernels::Dtype::kFloat;
   }
+}
+kernels::Dtype KernelDtype(const at::Tensor& t) { return KernelDtype(t.scalar_type()); }
+
+// Work space of the decode attention's split over key chunks (decode_kernels.h).
+at::Tensor AttentionPartials(int64_t batch, int64_t kv_heads, int64_t span, int64_t head_dim,
+                             const at::TensorOptions& options) {
+  return at::empty({batch * kv_heads * kernels::DecodeAttentionChunks(span) * kernels::kDecodeMaxGroup *
+                    (head_dim + 2)},
+                   options.dtype(at::kFloat));
 }
 
 cudaStream_t Stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
@@ -233,9 +242,7 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
   TORCH_CHECK(counters.scalar_type() == at::kInt && counters.is_contiguous() && counters.numel() >= a.batch * kv_heads,
               "DecodeAttention: counters must be ", a.batch * kv_heads, " contiguous int32 zeros");
   at::Tensor out = at::empty({a.batch, heads * hd}, qkv.options());
-  at::Tensor partial = at::empty({a.batch * kv_heads * kernels::DecodeAttentionChunks(span) *
-                                  kernels::kDecodeMaxGroup * (hd + 2)},
-                                 qkv.options().dtype(at::kFloat));
+  at::Tensor partial = AttentionPartials(a.batch, kv_heads, span, hd, qkv.options());
   a.out = out.data_ptr();
   a.partial = partial.data_ptr<float>();
   a.counters = counters.data_ptr<int>();
@@ -258,10 +265,7 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t layers, int64_t hidden,
                           int64_t kv_heads, int64_t head_dim) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
-  const kernels::Dtype d = dtype == at::kFloat ? kernels::Dtype::kFloat
-                           : dtype == at::kHalf ? kernels::Dtype::kHalf
-                                                : kernels::Dtype::kBFloat16;
-  return kernels::DecodeLayersFit(d, layers, hidden, mlp, heads, kv_heads, head_dim);
+  return kernels::DecodeLayersFit(KernelDtype(dtype), layers, hidden, mlp, heads, kv_heads, head_dim);
 #else
   return false;
 #endif
@@ -324,9 +328,7 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   at::Tensor qkv = at::empty({B, (heads + 2 * kv_heads) * hd}, h.options());
   at::Tensor attn = at::empty({B, heads * hd}, h.options());
   at::Tensor act = at::empty({B, mlp}, h.options());
-  at::Tensor partial = at::empty(
-      {B * kv_heads * kernels::DecodeAttentionChunks(span) * kernels::kDecodeMaxGroup * (hd + 2)},
-      h.options().dtype(at::kFloat));
+  at::Tensor partial = AttentionPartials(B, kv_heads, span, hd, h.options());
   at::Tensor counters = at::zeros({B * kv_heads + 1}, h.options().dtype(at::kInt));  // the last: the barrier
   a.qkv = qkv.data_ptr();
   a.attn = attn.data_ptr();

@@ -207,8 +207,7 @@ void Generator::SampleAndAppend(const at::Tensor& logits_in, const std::vector<i
   }
 
   at::Tensor tokens = logits.argmax(-1);
-  // log softmax at the chosen token, without writing the whole [B, V] log softmax.
-  at::Tensor logprobs = logits.gather(1, tokens.unsqueeze(1)).squeeze(1) - at::logsumexp(logits, {-1});
+  at::Tensor logprobs = at::log_softmax(logits, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
   const bool filtered = std::any_of(top_ks.begin(), top_ks.end(), [&](int64_t k) { return k < logits.size(1); }) ||
                         std::any_of(top_ps.begin(), top_ps.end(), [](double p) { return p < 1.0; });
   if (any_sampled && !filtered) {

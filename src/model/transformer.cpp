@@ -155,6 +155,42 @@ struct Transformer::Impl {
     for (auto& [name, t] : params) by_name[name] = t;
     inv_freq = InverseFrequencies(config, options.device);
   }
+
+  const at::Tensor& Head() const {
+    return config.tie_word_embeddings ? P("model.embed_tokens.weight") : P("lm_head.weight");
+  }
+
+  // Layer i's weights and caches, for the fused decode paths.
+  DecodeLayerWeights DecodeWeights(int64_t i, KvCache& cache) const {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    auto linear = [&](const std::string& name) {
+      return LinearWeights{P(p + name + ".weight"), Opt(p + name + ".bias")};
+    };
+    DecodeLayerWeights w;
+    w.input_norm = P(p + "input_layernorm.weight");
+    w.post_norm = P(p + "post_attention_layernorm.weight");
+    if (config.qk_norm) {
+      w.q_norm = P(p + "self_attn.q_norm.weight");
+      w.k_norm = P(p + "self_attn.k_norm.weight");
+    }
+    w.q = linear("self_attn.q_proj");
+    w.k = linear("self_attn.k_proj");
+    w.v = linear("self_attn.v_proj");
+    w.o = linear("self_attn.o_proj");
+    w.gate = linear("mlp.gate_proj");
+    w.up = linear("mlp.up_proj");
+    w.down = linear("mlp.down_proj");
+    w.k_cache = cache.k[static_cast<size_t>(i)];
+    w.v_cache = cache.v[static_cast<size_t>(i)];
+    return w;
+  }
+
+  // The final norm and the LM head of the decode paths; the LM head is one
+  // large GEMV (136M weights for Qwen2.5-0.5B), which cuBLAS streams faster
+  // than DecodeLinear does.
+  at::Tensor DecodeLogits(const at::Tensor& h) const {
+    return at::linear(RmsNorm(h, P("model.norm.weight"), config.rms_norm_eps), Head());
+  }
 };
 
 Transformer::Transformer() : impl_(std::make_unique<Impl>()) {}
@@ -264,8 +300,7 @@ at::Tensor Transformer::Run(const at::Tensor& ids, const at::Tensor& positions, 
   h = RmsNorm(h, m.P("model.norm.weight"), eps);
   if (values != nullptr && m.by_name.count("value_head.weight"))
     *values = at::linear(h, m.P("value_head.weight"), m.P("value_head.bias")).squeeze(-1);
-  const at::Tensor& head = c.tie_word_embeddings ? m.P("model.embed_tokens.weight") : m.P("lm_head.weight");
-  return at::linear(h, head);
+  return at::linear(h, m.Head());
 }
 
 at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positions, KvCache* cache,
@@ -338,26 +373,15 @@ at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& pos
   at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids.view({-1}));  // [B, hidden]
   at::Tensor counters = at::zeros({c.num_layers, ids.size(0) * c.num_kv_heads}, ids.options().dtype(at::kInt));
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    std::string p = "model.layers." + std::to_string(i) + ".";
-    auto linear = [&](const std::string& name) {
-      return LinearWeights{m.P(p + name + ".weight"), m.Opt(p + name + ".bias")};
-    };
-    auto norm = [&](const std::string& name) { return c.qk_norm ? m.P(p + name + ".weight") : at::Tensor(); };
-    at::Tensor qkv = DecodeLinear(h, m.P(p + "input_layernorm.weight"), eps,
-                                  {linear("self_attn.q_proj"), linear("self_attn.k_proj"), linear("self_attn.v_proj")},
-                                  false, {});
-    at::Tensor attn = DecodeAttention(qkv, positions, m.inv_freq, norm("self_attn.q_norm"), norm("self_attn.k_norm"),
-                                      eps, cache.k[i], cache.v[i], c.num_heads, c.num_kv_heads, span,
-                                      counters[i]);
-    h = DecodeLinear(attn, {}, eps, {linear("self_attn.o_proj")}, false, h);
-    at::Tensor act = DecodeLinear(h, m.P(p + "post_attention_layernorm.weight"), eps,
-                                  {linear("mlp.gate_proj"), linear("mlp.up_proj")}, true, {});
-    h = DecodeLinear(act, {}, eps, {linear("mlp.down_proj")}, false, h);
+    DecodeLayerWeights w = m.DecodeWeights(i, cache);
+    at::Tensor qkv = DecodeLinear(h, w.input_norm, eps, {w.q, w.k, w.v}, false, {});
+    at::Tensor attn = DecodeAttention(qkv, positions, m.inv_freq, w.q_norm, w.k_norm, eps, w.k_cache, w.v_cache,
+                                      c.num_heads, c.num_kv_heads, span, counters[i]);
+    h = DecodeLinear(attn, {}, eps, {w.o}, false, h);
+    at::Tensor act = DecodeLinear(h, w.post_norm, eps, {w.gate, w.up}, true, {});
+    h = DecodeLinear(act, {}, eps, {w.down}, false, h);
   }
-  // The LM head is one large GEMV (136M weights for Qwen2.5-0.5B), which
-  // cuBLAS streams faster than DecodeLinear does.
-  const at::Tensor& head = c.tie_word_embeddings ? m.P("model.embed_tokens.weight") : m.P("lm_head.weight");
-  return at::linear(RmsNorm(h, m.P("model.norm.weight"), eps), head);
+  return m.DecodeLogits(h);
 }
 
 // Every layer in one persistent kernel (fused_ops.h), then the final norm
@@ -367,33 +391,11 @@ at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
   at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids.view({-1})).contiguous();  // [B, hidden]
-  std::vector<DecodeLayerWeights> layers(static_cast<size_t>(c.num_layers));
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    auto linear = [&](const std::string& name) {
-      return LinearWeights{m.P(p + name + ".weight"), m.Opt(p + name + ".bias")};
-    };
-    DecodeLayerWeights& w = layers[static_cast<size_t>(i)];
-    w.input_norm = m.P(p + "input_layernorm.weight");
-    w.post_norm = m.P(p + "post_attention_layernorm.weight");
-    if (c.qk_norm) {
-      w.q_norm = m.P(p + "self_attn.q_norm.weight");
-      w.k_norm = m.P(p + "self_attn.k_norm.weight");
-    }
-    w.q = linear("self_attn.q_proj");
-    w.k = linear("self_attn.k_proj");
-    w.v = linear("self_attn.v_proj");
-    w.o = linear("self_attn.o_proj");
-    w.gate = linear("mlp.gate_proj");
-    w.up = linear("mlp.up_proj");
-    w.down = linear("mlp.down_proj");
-    w.k_cache = cache.k[static_cast<size_t>(i)];
-    w.v_cache = cache.v[static_cast<size_t>(i)];
-  }
+  std::vector<DecodeLayerWeights> layers;
+  for (int64_t i = 0; i < c.num_layers; ++i) layers.push_back(m.DecodeWeights(i, cache));
   PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads,
                    c.intermediate_size, span);
-  const at::Tensor& head = c.tie_word_embeddings ? m.P("model.embed_tokens.weight") : m.P("lm_head.weight");
-  return at::linear(RmsNorm(h, m.P("model.norm.weight"), c.rms_norm_eps), head);
+  return m.DecodeLogits(h);
 }
 
 const std::vector<std::pair<std::string, at::Tensor>>& Transformer::parameters() const { return impl_->params; }
