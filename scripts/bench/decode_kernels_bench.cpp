@@ -136,8 +136,33 @@ int main(int argc, char** argv) {
       },
       iters);
   const double layer_mb = ((heads + 2 * kv) * hd * hidden + heads * hd * hidden + 3.0 * mlp * hidden) * 2 / 1e6;
-  rows.push_back({{"kernel", "persistent"}, {"layers", num_layers}, {"us", persistent},
-                  {"us_per_layer", persistent / num_layers}, {"layer_weight_mb", layer_mb}});
+  // Where a layer's time goes: block 0's clock at the end of each stage's
+  // work and of the barrier after it, averaged over runs and layers.
+  const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up", "down + residual"};
+  at::Tensor timeline = at::zeros({3 + 10 * num_layers}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+  std::vector<double> work(5), wait(5);
+  double mhz = 0;  // block 0's SM clock over the step
+  const int timed_runs = plain ? 0 : 20;
+  for (int r = 0; r < timed_runs; ++r) {
+    at::Tensor h = h0.clone();
+    model::PersistentDecode(h, layers, positions, inv_freq, 1e-6, heads, kv, mlp, span, timeline);
+    at::Tensor t = timeline.cpu();
+    const int64_t* ns = t.data_ptr<int64_t>();
+    for (int64_t i = 0; i < 5 * num_layers; ++i) {
+      work[i % 5] += (ns[1 + 2 * i] - ns[2 * i]) / 1e3 / timed_runs / num_layers;
+      wait[i % 5] += (ns[2 + 2 * i] - ns[1 + 2 * i]) / 1e3 / timed_runs / num_layers;
+    }
+    const int64_t end = 10 * num_layers;
+    mhz += static_cast<double>(ns[end + 2] - ns[end + 1]) / static_cast<double>(ns[end] - ns[0]) * 1e3 / timed_runs;
+  }
+  nlohmann::json breakdown = nlohmann::json::array();
+  for (int s = 0; s < 5; ++s) {
+    breakdown.push_back({{"stage", stages[s]}, {"work_us", work[s]}, {"barrier_us", wait[s]}});
+    std::printf("  persistent %-18s work %6.2f us  barrier %6.2f us (block 0, a layer)\n", stages[s], work[s], wait[s]);
+  }
+  std::printf("  persistent SM clock %.0f MHz (block 0)\n", mhz);
+  rows.push_back({{"kernel", "persistent"}, {"layers", num_layers}, {"us", persistent}, {"sm_mhz", mhz},
+                  {"us_per_layer", persistent / num_layers}, {"layer_weight_mb", layer_mb}, {"stages", breakdown}});
   std::printf("%-26s %8.2f MB/layer  %d layers %8.2f us (%6.2f us a layer, %5.2f TB/s)\n", "persistent", layer_mb,
               static_cast<int>(num_layers), persistent, persistent / num_layers,
               layer_mb * num_layers / persistent / 1e6);

@@ -1,18 +1,14 @@
-// Decode kernels (decode_kernels.h): one new token for up to kDecodeMaxRows
-// rows, either in five kernels per layer (GEMVs with the norm in their
-// prologue, attention over the cache) launched as programmatic dependents, or
-// every layer in one persistent kernel. Arithmetic in fp32. One file past the
-// usual length: the persistent kernel is built from the same GEMV and
-// attention device functions as the per-layer kernels.
+// The per-layer decode kernels (decode_kernels.h): one new token for up to
+// kDecodeMaxRows rows in five kernels per layer (GEMVs with the norm in their
+// prologue, attention over the cache) launched as programmatic dependents.
+// Arithmetic in fp32.
 #include "decode_kernels.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
-#include "kernel_util.cuh"
+#include "decode_common.cuh"
 
 namespace cuda_agent::model::kernels {
 namespace {
@@ -22,6 +18,7 @@ constexpr int kGemvWarps = 8;
 // previous kernel. Two such blocks fit on one SM (227 KB), so a kernel stages
 // its weights while the one before it still runs.
 constexpr int64_t kGemvStageBytes = 100 * 1024;
+constexpr int kAttentionChunk = 64;  // key positions per attention block
 
 // Programmatic dependent launch (Hopper): the decode kernels are launched
 // while the previous one runs; each starts with what does not depend on it
@@ -33,7 +30,6 @@ __device__ inline void AwaitPreviousKernel() {
 #endif
 }
 
-__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // 16 bytes from global to shared memory without passing through registers.
 __device__ inline void CopyAsync16(void* shared, const void* global) {
@@ -61,41 +57,6 @@ __device__ inline void CopyAsyncCommit() {
 #endif
 }
 
-// Loads of activations through L2 (__ldcg): other blocks of a persistent
-// kernel may have written them since this SM's L1 last saw the line.
-template <typename T>
-__device__ inline float LoadCoherent(const T* p) {
-  return ToFloat(__ldcg(p));
-}
-template <typename T, int V>
-__device__ inline Pack<T, V> LoadPackCoherent(const T* p) {
-  if constexpr (sizeof(T) * V == 16) {
-    const uint4 u = __ldcg(reinterpret_cast<const uint4*>(p));
-    Pack<T, V> r;
-    memcpy(&r, &u, 16);
-    return r;
-  } else {
-    Pack<T, V> r;
-#pragma unroll
-    for (int i = 0; i < V; ++i) r.v[i] = __ldcg(p + i);
-    return r;
-  }
-}
-
-// Matrix `mat` of output row j (SwiGLU: 0 gate, 1 up; otherwise the segment
-// holding j, and mat must be 0): its weight row and bias element.
-template <typename T, bool kSwiGlu>
-__device__ inline const T* WeightRow(const DecodeGemvArgs& a, int64_t j, int mat, const T** bias) {
-  int seg = mat;
-  if constexpr (!kSwiGlu) {
-    while (seg < 2 && j >= a.m[seg].rows) j -= a.m[seg++].rows;
-  }
-  *bias = a.m[seg].bias ? static_cast<const T*>(a.m[seg].bias) + j : nullptr;
-  return static_cast<const T*>(a.m[seg].w) + j * a.k;
-}
-
-// Issues (without waiting for them) copies of the weights of output rows
-// [j0, staged_end) into `stage` (row-major, the SwiGLU pair side by side).
 template <typename T, int V, bool kSwiGlu>
 __device__ void StageWeights(const DecodeGemvArgs& a, int64_t j0, int64_t staged_end, T* stage) {
   constexpr int M = kSwiGlu ? 2 : 1;
@@ -246,346 +207,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   GemvRows<T, V, kNorm, kSwiGlu>(a, n, j0, j1, staged_end, stage, rstd);
 }
 
-constexpr int kAttentionWarps = 8;
-constexpr int kAttentionChunk = 64;  // key positions per block
-
-// Attention of one new token in blocks of (row b, key head g, chunk z of
-// kAttentionChunk key positions): the group of query heads sharing key head g
-// against the chunk's keys. Chunk 0 writes the new key and value into the
-// cache; every block takes the new position's key and value from its own
-// registers, so none waits for another. With several chunks each block leaves
-// its partial softmax in `partial`, and the last block of (b, g) to finish
-// (counted in `counters`) merges them.
-//
-// The chunk's cached keys and values (written by earlier steps) into L2.
-template <typename T, int HD>
-__device__ void PrefetchChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64_t z) {
-  const int64_t pos = a.positions[b];
-  const int64_t last = pos < a.span ? pos : a.span - 1, begin = z * kAttentionChunk;
-  const int64_t end = begin + kAttentionChunk <= last ? begin + kAttentionChunk : last;  // the new one excluded
-  const int64_t lines = HD * static_cast<int64_t>(sizeof(T)) / 128 > 0 ? HD * sizeof(T) / 128 : 1;
-  for (int64_t i = threadIdx.x; i < (end - begin) * lines * 2; i += blockDim.x) {
-    const int64_t t = begin + i / (lines * 2), line = i % lines;
-    const char* cache = static_cast<const char*>((i / lines) % 2 ? a.v_cache : a.k_cache);
-    PrefetchL2(cache + (((b * a.max_len + t) * a.kv_heads + g) * HD) * sizeof(T) + line * 128);
-  }
-}
-
-// Row b, key head g, chunk z of `chunks`, by the whole block (the body of
-// DecodeAttentionKernel, also a stage of the persistent decode kernel).
-template <typename T, int HD>
-__device__ void AttendChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64_t z, int64_t chunks) {
-  constexpr int G = kDecodeMaxGroup, half = HD / 2;
-  const int group = static_cast<int>(a.heads / a.kv_heads);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t pos = a.positions[b];
-  // Heads 0..group-1: queries; head `group`: the key; head group+1: the value.
-  __shared__ float head[G + 2][HD];
-  __shared__ float part_m[kAttentionWarps][G], part_s[kAttentionWarps][G];
-  __shared__ float part_acc[kAttentionWarps][G][HD];
-  __shared__ bool merge;
-  const T* row = static_cast<const T*>(a.qkv) + b * (a.heads + 2 * a.kv_heads) * HD;
-  for (int i = threadIdx.x; i < (group + 2) * HD; i += blockDim.x) {
-    const int h = i / HD, d = i % HD;
-    const int64_t src = h < group ? (g * group + h) : h == group ? a.heads + g : a.heads + a.kv_heads + g;
-    head[h][d] = LoadCoherent(row + src * HD + d);
-  }
-  __syncthreads();
-  // Qwen3's q/k RMSNorm over each head, one warp per head.
-  if (a.q_norm) {
-    for (int h = warp; h <= group; h += kAttentionWarps) {
-      float ss = 0;
-      for (int d = lane; d < HD; d += 32) ss += head[h][d] * head[h][d];
-      const float r = rsqrtf(WarpSum(ss) / HD + a.eps);
-      const T* w = static_cast<const T*>(h < group ? a.q_norm : a.k_norm);
-      for (int d = lane; d < HD; d += 32) head[h][d] = head[h][d] * r * ToFloat(w[d]);
-    }
-    __syncthreads();
-  }
-  // Rotary on the queries and the key: out = x * cos + rotate_half(x) * sin.
-  for (int i = threadIdx.x; i < (group + 1) * half; i += blockDim.x) {
-    const int h = i / half, d = i % half;
-    const float angle = static_cast<float>(pos) * a.inv_freq[d], c = cosf(angle), s = sinf(angle);
-    const float x0 = head[h][d], x1 = head[h][d + half];
-    head[h][d] = x0 * c - x1 * s;
-    head[h][d + half] = x1 * c + x0 * s;
-  }
-  __syncthreads();
-  // The new key and value as the cache holds them (in T).
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    head[group][d] = ToFloat(FromFloat<T>(head[group][d]));
-    head[group + 1][d] = ToFloat(FromFloat<T>(head[group + 1][d]));
-  }
-  __syncthreads();
-  T* kc = static_cast<T*>(a.k_cache) + (b * a.max_len * a.kv_heads + g) * HD;  // position 0 of slot b, head g
-  T* vc = static_cast<T*>(a.v_cache) + (b * a.max_len * a.kv_heads + g) * HD;
-  const int64_t stride = a.kv_heads * HD;  // between positions
-  if (z == 0)
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-      kc[pos * stride + d] = FromFloat<T>(head[group][d]);
-      vc[pos * stride + d] = FromFloat<T>(head[group + 1][d]);
-    }
-
-  // Lanes work in groups of L, one key position per group, 8 elements of the
-  // head per lane (16-byte loads): a warp has P positions in flight. Each
-  // group keeps an online softmax over its positions; groups, then warps,
-  // are merged at the end.
-  constexpr int L = HD / 8, P = 32 / L;
-  const int sub = lane / L, part = lane % L;
-  float q[G][8], m[G], s[G], acc[G][8];
-#pragma unroll
-  for (int h = 0; h < G; ++h) {
-    m[h] = -INFINITY;
-    s[h] = 0;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      q[h][e] = h < group ? head[h][part * 8 + e] * a.scale : 0.f;
-      acc[h][e] = 0;
-    }
-  }
-  const int64_t last = pos < a.span ? pos : a.span - 1;  // idle rows (pos >= span) see the span
-  const int64_t begin = z * kAttentionChunk, end = begin + kAttentionChunk <= last + 1 ? begin + kAttentionChunk : last + 1;
-  for (int64_t t0 = begin + static_cast<int64_t>(warp) * P; t0 < end; t0 += kAttentionWarps * P) {
-    const int64_t t = t0 + sub;
-    const bool valid = t < end;
-    float kf[8], vf[8];
-    if (valid && t == pos) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        kf[e] = head[group][part * 8 + e];
-        vf[e] = head[group + 1][part * 8 + e];
-      }
-    } else if (valid) {
-      const Pack<T, 8> kp = *reinterpret_cast<const Pack<T, 8>*>(kc + t * stride + part * 8);
-      const Pack<T, 8> vp = *reinterpret_cast<const Pack<T, 8>*>(vc + t * stride + part * 8);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        kf[e] = ToFloat(kp.v[e]);
-        vf[e] = ToFloat(vp.v[e]);
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-      if (h >= group) break;
-      float dot = 0;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) dot += valid ? q[h][e] * kf[e] : 0.f;
-      for (int offset = L / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffff, dot, offset);
-      if (!valid) continue;
-      const float m_new = fmaxf(m[h], dot), f = expf(m[h] - m_new), p = expf(dot - m_new);
-      s[h] = s[h] * f + p;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[h][e] = acc[h][e] * f + p * vf[e];
-      m[h] = m_new;
-    }
-  }
-  // Merge the P groups of the warp (lanes with the same `part`), then the warps.
-#pragma unroll
-  for (int h = 0; h < G; ++h) {
-    if (h >= group) break;
-    for (int offset = L; offset < 32; offset *= 2) {
-      const float om = __shfl_xor_sync(0xffffffff, m[h], offset), os = __shfl_xor_sync(0xffffffff, s[h], offset);
-      const float M = fmaxf(m[h], om);
-      const float fa = s[h] > 0 ? expf(m[h] - M) : 0.f, fb = os > 0 ? expf(om - M) : 0.f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float oa = __shfl_xor_sync(0xffffffff, acc[h][e], offset);
-        acc[h][e] = acc[h][e] * fa + oa * fb;
-      }
-      s[h] = s[h] * fa + os * fb;
-      m[h] = M;
-    }
-    if (lane == 0) {
-      part_m[warp][h] = m[h];
-      part_s[warp][h] = s[h];
-    }
-    if (sub == 0)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) part_acc[warp][h][part * 8 + e] = acc[h][e];
-  }
-  __syncthreads();
-  // The block's softmax over its chunk, per (head h, element d): its max, sum
-  // and unnormalised output.
-  const int64_t bg = b * a.kv_heads + g;
-  float* pm = a.partial + bg * chunks * G * (HD + 2);  // per chunk: G maxima, G sums, G x HD outputs
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-    const int h = i / HD, d = i % HD;
-    float M = -INFINITY;
-    for (int w = 0; w < kAttentionWarps; ++w) M = fmaxf(M, part_m[w][h]);
-    float S = 0, O = 0;
-    for (int w = 0; w < kAttentionWarps; ++w) {
-      if (part_s[w][h] == 0) continue;  // a warp that saw no position
-      const float f = expf(part_m[w][h] - M);
-      S += part_s[w][h] * f;
-      O += part_acc[w][h][d] * f;
-    }
-    if (chunks == 1) {
-      static_cast<T*>(a.out)[b * a.heads * HD + (g * group + h) * HD + d] = FromFloat<T>(O / S);
-      continue;
-    }
-    float* mine = pm + z * G * (HD + 2);
-    if (d == 0) {
-      mine[h] = M;
-      mine[G + h] = S;
-    }
-    mine[2 * G + h * HD + d] = O;
-  }
-  if (chunks == 1) return;
-  // The last block of (b, g) to finish merges the chunks.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    merge = atomicAdd(a.counters + bg, 1) == chunks - 1;
-    if (merge) a.counters[bg] = 0;  // ready for the next step
-  }
-  __syncthreads();
-  if (!merge) return;
-  __threadfence();
-  // One online merge over the chunks; loads through L2 (__ldcg: the other
-  // blocks' writes, not a stale L1 line), none waiting on another.
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-    const int h = i / HD, d = i % HD;
-    float M = -INFINITY, S = 0, O = 0;
-#pragma unroll 4
-    for (int64_t c = 0; c < chunks; ++c) {
-      const float* p = pm + c * G * (HD + 2);
-      const float cm = __ldcg(p + h), cs = __ldcg(p + G + h), co = __ldcg(p + 2 * G + h * HD + d);
-      if (cs == 0) continue;  // a chunk past the row's last position
-      const float M2 = fmaxf(M, cm), fa = expf(M - M2), fb = expf(cm - M2);
-      S = S * fa + cs * fb;
-      O = O * fa + co * fb;
-      M = M2;
-    }
-    static_cast<T*>(a.out)[b * a.heads * HD + (g * group + h) * HD + d] = FromFloat<T>(O / S);
-  }
-}
-
 // One block per (row b, key head g, chunk z): prefetches its chunk while the
 // previous kernel runs, then attends.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(DecodeAttentionArgs a) {
-  PrefetchChunk<T, HD>(a, blockIdx.x, blockIdx.y, blockIdx.z);
+  __shared__ float scratch[kAttentionScratchFloats<HD>];
+  constexpr int kPasses = kAttentionChunk / kKeysPerPass<HD>;
+  PrefetchChunk<T, HD, kPasses>(a, blockIdx.x, blockIdx.y, blockIdx.z);
   AwaitPreviousKernel();
-  AttendChunk<T, HD>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z);
-}
-
-// ---- Every layer of a decode step in one persistent kernel ----
-
-// Every block of the grid (all resident: a cooperative launch) waits here
-// until the blocks' arrivals reach `target`; writes before it are visible
-// to L2 loads (__ldcg) after it.
-__device__ inline void GridBarrier(unsigned* counter, unsigned target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1u);
-    unsigned seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen < target);
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-enum DecodeStage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
-
-// The GEMV of stage s of layer l and its output rows n.
-__device__ inline DecodeGemvArgs StageGemv(const DecodeLayersArgs& a, int s, int64_t l, int64_t* n) {
-  const DecodeLayer& layer = a.layers[l];
-  DecodeGemvArgs g;
-  g.batch = a.batch;
-  g.eps = a.eps;
-  if (s == kStageQkv) {
-    g.x = a.h, g.k = a.hidden, g.norm_weight = layer.input_norm, g.y = a.qkv;
-    g.m[0] = layer.q, g.m[1] = layer.k, g.m[2] = layer.v;
-    *n = layer.q.rows + layer.k.rows + layer.v.rows;
-  } else if (s == kStageOut) {
-    g.x = a.attn, g.k = a.heads * a.head_dim, g.m[0] = layer.o, g.residual = a.h, g.y = a.h;
-    *n = a.hidden;
-  } else if (s == kStageGateUp) {
-    g.x = a.h, g.k = a.hidden, g.norm_weight = layer.post_norm, g.swiglu = true, g.y = a.act;
-    g.m[0] = layer.gate, g.m[1] = layer.up;
-    *n = a.mlp;
-  } else {
-    g.x = a.act, g.k = a.mlp, g.m[0] = layer.down, g.residual = a.h, g.y = a.h;
-    *n = a.hidden;
-  }
-  return g;
-}
-
-// This block's output rows of a stage with n rows.
-__device__ inline void BlockRows(int64_t n, int64_t* j0, int64_t* j1) {
-  *j0 = n * blockIdx.x / gridDim.x;
-  *j1 = n * (blockIdx.x + 1) / gridDim.x;
-}
-
-// Starts copying stage s's weights of layer l (none past the last layer)
-// into its shared-memory buffer, as one commit group.
-template <typename T, int V, bool kSwiGlu>
-__device__ void PrefetchStage(const DecodeLayersArgs& a, unsigned char* shared, int s, int64_t l) {
-  if (l < a.num_layers) {
-    int64_t n, j0, j1;
-    const DecodeGemvArgs g = StageGemv(a, s, l, &n);
-    BlockRows(n, &j0, &j1);
-    const int64_t staged_end = j0 + a.stage_rows[s] < j1 ? j0 + a.stage_rows[s] : j1;
-    StageWeights<T, V, kSwiGlu>(g, j0, staged_end, reinterpret_cast<T*>(shared + a.stage_offset[s]));
-  }
-  CopyAsyncCommit();
-}
-
-// Stage s of layer l, then the prefetch of its weights for layer l + 1. The
-// three groups committed after this stage's may still be in flight.
-template <typename T, int V, bool kNorm, bool kSwiGlu>
-__device__ void RunStage(const DecodeLayersArgs& a, unsigned char* shared, int s, int64_t l, float* rstd) {
-  int64_t n, j0, j1;
-  const DecodeGemvArgs g = StageGemv(a, s, l, &n);
-  BlockRows(n, &j0, &j1);
-  const int64_t staged_end = j0 + a.stage_rows[s] < j1 ? j0 + a.stage_rows[s] : j1;
-  CopyAsyncWaitGroup<3>();
-  if constexpr (kNorm) RowRstd<T>(g, rstd);
-  __syncthreads();  // every thread's copies have landed
-  GemvRows<T, V, kNorm, kSwiGlu>(g, n, j0, j1, staged_end, reinterpret_cast<const T*>(shared + a.stage_offset[s]),
-                                 rstd);
-  __syncthreads();  // the buffer is free for the next layer's weights
-  PrefetchStage<T, V, kSwiGlu>(a, shared, s, l + 1);
-}
-
-template <typename T, int HD>
-__global__ void __launch_bounds__(kGemvWarps * 32, 1) DecodeLayersKernel(const __grid_constant__ DecodeLayersArgs a) {
-  constexpr int V = 16 / sizeof(T);
-  extern __shared__ __align__(16) unsigned char layer_weights[];
-  __shared__ float rstd[kDecodeMaxRows];
-  PrefetchStage<T, V, false>(a, layer_weights, kStageQkv, 0);
-  PrefetchStage<T, V, false>(a, layer_weights, kStageOut, 0);
-  PrefetchStage<T, V, true>(a, layer_weights, kStageGateUp, 0);
-  PrefetchStage<T, V, false>(a, layer_weights, kStageDown, 0);
-  const int64_t chunks = (a.span + kAttentionChunk - 1) / kAttentionChunk;
-  const int64_t items = a.batch * a.kv_heads * chunks;
-  unsigned arrivals = 0;
-  auto barrier = [&] { GridBarrier(a.barrier, ++arrivals * gridDim.x); };
-  for (int64_t l = 0; l < a.num_layers; ++l) {
-    const DecodeLayer& layer = a.layers[l];
-    RunStage<T, V, true, false>(a, layer_weights, kStageQkv, l, rstd);
-    barrier();
-    DecodeAttentionArgs att;
-    att.qkv = a.qkv, att.batch = a.batch, att.heads = a.heads, att.kv_heads = a.kv_heads, att.head_dim = HD;
-    att.max_len = a.max_len, att.span = a.span, att.positions = a.positions, att.inv_freq = a.inv_freq;
-    att.q_norm = layer.q_norm, att.k_norm = layer.k_norm, att.eps = a.eps, att.scale = a.scale;
-    att.k_cache = layer.k_cache, att.v_cache = layer.v_cache, att.out = a.attn;
-    att.partial = a.partial, att.counters = a.counters;
-    for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {  // chunks of one (row, key head) on different blocks
-      AttendChunk<T, HD>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks, chunks);
-      __syncthreads();
-    }
-    barrier();
-    RunStage<T, V, false, false>(a, layer_weights, kStageOut, l, rstd);
-    barrier();
-    RunStage<T, V, true, true>(a, layer_weights, kStageGateUp, l, rstd);
-    barrier();
-    RunStage<T, V, false, false>(a, layer_weights, kStageDown, l, rstd);
-    if (l + 1 < a.num_layers) barrier();
-  }
+  AttendChunk<T, HD, kPasses>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, true, scratch);
 }
 
 }  // namespace
@@ -621,8 +251,7 @@ void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sh
 // configured for one kernel then takes blocks of the next without draining
 // (programmatic dependent launch needs both resident). Over 48 KB of dynamic
 // shared memory needs an opt-in; a failure shows in the launch's error.
-template <typename Kernel>
-void ConfigureDecodeKernel(Kernel kernel, int64_t dynamic_shared_bytes) {
+void ConfigureDecodeKernel(const void* kernel, int64_t dynamic_shared_bytes) {
   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   if (dynamic_shared_bytes > 0)
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_shared_bytes));
@@ -658,7 +287,7 @@ int DecodeGemv(Dtype dtype, const DecodeGemvArgs& args, cudaStream_t stream) {
     auto with_width = [&](auto norm, auto swiglu) {
       WithPackWidth<T>(packed, [&](auto width) {
         auto kernel = DecodeGemvKernel<T, decltype(width)::value, decltype(norm)::value, decltype(swiglu)::value>;
-        static const bool configured = (ConfigureDecodeKernel(kernel, kGemvStageBytes), true);
+        static const bool configured = (ConfigureDecodeKernel(reinterpret_cast<const void*>(kernel), kGemvStageBytes), true);
         (void)configured;
         LaunchDependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32),
                         static_cast<size_t>(staged * row_bytes), stream, args, n, rows_per_block, staged);
@@ -690,75 +319,16 @@ int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t s
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (args.head_dim == 64) {
-      static const bool configured = (ConfigureDecodeKernel(DecodeAttentionKernel<T, 64>, 0), true);
+      static const bool configured = (ConfigureDecodeKernel(reinterpret_cast<const void*>(DecodeAttentionKernel<T, 64>), 0), true);
       (void)configured;
       LaunchDependent(DecodeAttentionKernel<T, 64>, grid, dim3(kAttentionWarps * 32), 0, stream, args);
     } else {
-      static const bool configured = (ConfigureDecodeKernel(DecodeAttentionKernel<T, 128>, 0), true);
+      static const bool configured = (ConfigureDecodeKernel(reinterpret_cast<const void*>(DecodeAttentionKernel<T, 128>), 0), true);
       (void)configured;
       LaunchDependent(DecodeAttentionKernel<T, 128>, grid, dim3(kAttentionWarps * 32), 0, stream, args);
     }
   });
 }
 
-bool DecodeLayersFit(Dtype dtype, int64_t layers, int64_t hidden, int64_t mlp, int64_t heads, int64_t kv_heads,
-                     int64_t head_dim) {
-  const int64_t pack = dtype == Dtype::kFloat ? 4 : 8;  // elements in 16 bytes
-  return layers >= 1 && layers <= kDecodeMaxLayers && kv_heads > 0 && heads % kv_heads == 0 &&
-         heads / kv_heads <= kDecodeMaxGroup && (head_dim == 64 || head_dim == 128) && hidden % pack == 0 &&
-         mlp % pack == 0;
-}
-
-int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream) {
-  if (args.batch == 0) return 0;
-  if (args.batch > kDecodeMaxRows || !DecodeLayersFit(dtype, args.num_layers, args.hidden, args.mlp, args.heads,
-                                                      args.kv_heads, args.head_dim))
-    return static_cast<int>(cudaErrorInvalidValue);
-  return Dispatch(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    auto launch = [&](void (*kernel)(DecodeLayersArgs)) {
-      DecodeLayersArgs a = args;
-      // Shared memory: what the attention stage and the norms declare, the
-      // rest split over the four weight buffers (q/k/v and o whole, gate/up
-      // and down in proportion; rows past a buffer stream from memory).
-      cudaFuncAttributes attributes{};
-      cudaFuncGetAttributes(&attributes, kernel);
-      int device = 0, optin = 0;
-      cudaGetDevice(&device);
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      const int64_t grid = MultiprocessorCount(), elem = sizeof(T);
-      const int64_t rows[4] = {(args.heads + 2 * args.kv_heads) * args.head_dim, args.hidden, args.mlp, args.hidden};
-      const int64_t row_bytes[4] = {args.hidden * elem, args.heads * args.head_dim * elem, 2 * args.hidden * elem,
-                                    args.mlp * elem};
-      int64_t need[4], bytes[4];
-      for (int s = 0; s < 4; ++s) need[s] = (rows[s] + grid - 1) / grid * row_bytes[s];
-      const int64_t budget = std::max<int64_t>(0, optin - static_cast<int64_t>(attributes.sharedSizeBytes) - 1024);
-      bytes[0] = std::min(need[0], budget / 4);
-      bytes[1] = std::min(need[1], budget / 4);
-      const int64_t rest = budget - bytes[0] - bytes[1];
-      bytes[2] = std::min(need[2], rest * need[2] / std::max<int64_t>(1, need[2] + need[3]));
-      bytes[3] = std::min(need[3], rest - bytes[2]);
-      int64_t offset = 0;
-      for (int s = 0; s < 4; ++s) {
-        a.stage_rows[s] = bytes[s] / row_bytes[s];
-        a.stage_offset[s] = offset;
-        offset += a.stage_rows[s] * row_bytes[s];  // rows are whole 16-byte packs
-      }
-      ConfigureDecodeKernel(kernel, offset);
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
-      attribute[0].val.cooperative = 1;
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(static_cast<unsigned>(grid));
-      config.blockDim = dim3(kGemvWarps * 32);
-      config.dynamicSmemBytes = static_cast<size_t>(offset);
-      config.stream = stream;
-      config.attrs = attribute;
-      config.numAttrs = 1;
-      cudaLaunchKernelEx(&config, kernel, a);
-    };
-    launch(args.head_dim == 64 ? DecodeLayersKernel<T, 64> : DecodeLayersKernel<T, 128>);
-  });
-}
 
 }  // namespace cuda_agent::model::kernels

@@ -79,9 +79,10 @@ struct DecodeLayer {
 
 // One block per SM runs the layers' stages (norm + q/k/v, attention, o +
 // residual, norm + gate/up + SwiGLU, down + residual) with a grid-wide
-// barrier after each, and copies every stage's weights for the next layer
-// into shared memory while the current layer runs. h [batch, hidden] holds
-// the embeddings on entry and the last layer's output on return.
+// barrier after each. The weights stream into a ring of shared memory by
+// bulk copies (TMA) that run ahead of the computation, across stages and
+// layers, as far as the ring holds. h [batch, hidden] holds the embeddings on
+// entry and the last layer's output on return. Hopper and later.
 struct DecodeLayersArgs {
   DecodeLayer layers[kDecodeMaxLayers];
   int64_t num_layers = 0, batch = 0, hidden = 0, mlp = 0, heads = 0, kv_heads = 0, head_dim = 0;
@@ -92,21 +93,28 @@ struct DecodeLayersArgs {
   void* h = nullptr;
   // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], attn [batch,
   // heads * head_dim], act [batch, mlp]; partial and counters as for
-  // DecodeAttention; barrier: one zero.
+  // DecodeAttention, over DecodeLayersAttentionChunks(span, head_dim) chunks
+  // (counters unused); barrier:
+  // one zero.
   void* qkv = nullptr;
   void* attn = nullptr;
   void* act = nullptr;
   float* partial = nullptr;
   int* counters = nullptr;
   unsigned* barrier = nullptr;
-  // Set by DecodeLayers: per stage (q/k/v, o, gate/up, down), the rows each
-  // block keeps in shared memory at most, and where.
-  int64_t stage_rows[4] = {}, stage_offset[4] = {};
+  // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
+  // layer and stage (5 a layer), when its work ends and when the barrier
+  // after it opens, then its SM's clock64 at the start and at the end:
+  // 3 + 10 * num_layers values.
+  unsigned long long* timeline = nullptr;
 };
-// Whether the persistent kernel takes this shape (16-byte aligned rows,
-// head_dim 64 or 128, up to kDecodeMaxGroup query heads per key head).
-bool DecodeLayersFit(Dtype dtype, int64_t layers, int64_t hidden, int64_t mlp, int64_t heads, int64_t kv_heads,
-                     int64_t head_dim);
+// Whether the persistent kernel takes this shape on this GPU (Hopper or
+// later; 16-byte aligned rows; head_dim 64 or 128; up to kDecodeMaxGroup
+// query heads per key head; each GEMV's input and a tile of weight rows fit
+// in shared memory next to the attention's work space for `span` keys).
+bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
+                     int64_t heads, int64_t kv_heads, int64_t head_dim);
+int64_t DecodeLayersAttentionChunks(int64_t span, int64_t head_dim);
 int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream);
 
 }  // namespace cuda_agent::model::kernels

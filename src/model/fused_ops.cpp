@@ -43,11 +43,9 @@ kernels::Dtype KernelDtype(c10::ScalarType dtype) {
 kernels::Dtype KernelDtype(const at::Tensor& t) { return KernelDtype(t.scalar_type()); }
 
 // Work space of the decode attention's split over key chunks (decode_kernels.h).
-at::Tensor AttentionPartials(int64_t batch, int64_t kv_heads, int64_t span, int64_t head_dim,
+at::Tensor AttentionPartials(int64_t batch, int64_t kv_heads, int64_t chunks, int64_t head_dim,
                              const at::TensorOptions& options) {
-  return at::empty({batch * kv_heads * kernels::DecodeAttentionChunks(span) * kernels::kDecodeMaxGroup *
-                    (head_dim + 2)},
-                   options.dtype(at::kFloat));
+  return at::empty({batch * kv_heads * chunks * kernels::kDecodeMaxGroup * (head_dim + 2)}, options.dtype(at::kFloat));
 }
 
 cudaStream_t Stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
@@ -242,7 +240,7 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
   TORCH_CHECK(counters.scalar_type() == at::kInt && counters.is_contiguous() && counters.numel() >= a.batch * kv_heads,
               "DecodeAttention: counters must be ", a.batch * kv_heads, " contiguous int32 zeros");
   at::Tensor out = at::empty({a.batch, heads * hd}, qkv.options());
-  at::Tensor partial = AttentionPartials(a.batch, kv_heads, span, hd, qkv.options());
+  at::Tensor partial = AttentionPartials(a.batch, kv_heads, kernels::DecodeAttentionChunks(span), hd, qkv.options());
   a.out = out.data_ptr();
   a.partial = partial.data_ptr<float>();
   a.counters = counters.data_ptr<int>();
@@ -261,11 +259,11 @@ at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
   return at::silu(gate) * up;
 }
 
-bool PersistentDecodeFits(c10::ScalarType dtype, int64_t layers, int64_t hidden, int64_t mlp, int64_t heads,
-                          int64_t kv_heads, int64_t head_dim) {
+bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden,
+                          int64_t mlp, int64_t heads, int64_t kv_heads, int64_t head_dim) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
-  return kernels::DecodeLayersFit(KernelDtype(dtype), layers, hidden, mlp, heads, kv_heads, head_dim);
+  return kernels::DecodeLayersFit(KernelDtype(dtype), batch, span, layers, hidden, mlp, heads, kv_heads, head_dim);
 #else
   return false;
 #endif
@@ -273,14 +271,13 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t layers, int64_t hidden,
 
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
-                      int64_t span) {
+                      int64_t span, const at::Tensor& timeline) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   TORCH_CHECK(Fusable(h) && h.dim() == 2 && h.is_contiguous() && !layers.empty(),
               "PersistentDecode: h must be a contiguous [B, hidden] CUDA tensor");
   const int64_t B = h.size(0), hidden = h.size(1), hd = layers[0].k_cache.size(3);
-  TORCH_CHECK(B <= kernels::kDecodeMaxRows &&
-                  PersistentDecodeFits(h.scalar_type(), static_cast<int64_t>(layers.size()), hidden, mlp, heads,
-                                       kv_heads, hd),
+  TORCH_CHECK(PersistentDecodeFits(h.scalar_type(), B, span, static_cast<int64_t>(layers.size()), hidden, mlp,
+                                   heads, kv_heads, hd),
               "PersistentDecode: unsupported shape");
   kernels::DecodeLayersArgs a;
   a.num_layers = static_cast<int64_t>(layers.size());
@@ -328,7 +325,7 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   at::Tensor qkv = at::empty({B, (heads + 2 * kv_heads) * hd}, h.options());
   at::Tensor attn = at::empty({B, heads * hd}, h.options());
   at::Tensor act = at::empty({B, mlp}, h.options());
-  at::Tensor partial = AttentionPartials(B, kv_heads, span, hd, h.options());
+  at::Tensor partial = AttentionPartials(B, kv_heads, kernels::DecodeLayersAttentionChunks(span, hd), hd, h.options());
   at::Tensor counters = at::zeros({B * kv_heads + 1}, h.options().dtype(at::kInt));  // the last: the barrier
   a.qkv = qkv.data_ptr();
   a.attn = attn.data_ptr();
@@ -336,6 +333,12 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.partial = partial.data_ptr<float>();
   a.counters = counters.data_ptr<int>();
   a.barrier = reinterpret_cast<unsigned*>(counters.data_ptr<int>() + B * kv_heads);
+  if (timeline.defined()) {
+    TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
+                    timeline.numel() >= 3 + 10 * a.num_layers,
+                "PersistentDecode: timeline must be a contiguous int64 CUDA tensor of 3 + 10 * layers values");
+    a.timeline = reinterpret_cast<unsigned long long*>(timeline.data_ptr<int64_t>());
+  }
   Check(kernels::DecodeLayers(KernelDtype(h), a, Stream(h)), "persistent decode");
 #else
   TORCH_CHECK(false, "PersistentDecode: built without the fused CUDA kernels");

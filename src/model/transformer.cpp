@@ -336,8 +336,8 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
   const bool small = ids.is_cuda() && B <= FusedDecodeMaxRows();
   if (kernels == DecodeKernels::kPersistent && small &&
-      PersistentDecodeFits(impl_->options.dtype, c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads, kv,
-                           hd))
+      PersistentDecodeFits(impl_->options.dtype, B, span, c.num_layers, c.hidden_size, c.intermediate_size,
+                           c.num_heads, kv, hd))
     return DecodePersistent(ids, positions, cache, span);
   if (kernels == DecodeKernels::kFused && small && FusedDecodeFits(c.num_heads, kv, hd))
     return DecodeFused(ids, positions, cache, span);

@@ -173,7 +173,7 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
                          c10::toString(dtype);
       ModelConfig config = ParseModelConfig(cfg, what).value();
       ASSERT_TRUE(FusedDecodeFits(config.num_heads, config.num_kv_heads, config.head_dim)) << what;
-      ASSERT_TRUE(PersistentDecodeFits(dtype, config.num_layers, config.hidden_size, config.intermediate_size,
+      ASSERT_TRUE(PersistentDecodeFits(dtype, 3, 128, config.num_layers, config.hidden_size, config.intermediate_size,
                                        config.num_heads, config.num_kv_heads, config.head_dim))
           << what;
       auto model = Transformer::Random(config, {dtype, kGpu, false}, 7);

@@ -58,19 +58,23 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
                            at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span,
                            const at::Tensor& counters);
 
-// Every layer of a decode step in one persistent kernel (up to
-// FusedDecodeMaxRows() rows): h [B, hidden], the embeddings of the new tokens,
-// becomes the last layer's output in place; each layer's keys and values go
-// into its caches at `positions` [B] (rows are slots 0..B-1, keys < span).
+// Every layer of a decode step in one persistent kernel (Hopper GPUs; rows
+// as PersistentDecodeFits allows): h [B, hidden], the embeddings of the new
+// tokens, becomes the last layer's output in place; each layer's keys and
+// values go into its caches at `positions` [B] (rows are slots 0..B-1, keys
+// < span). `timeline`, when defined (int64 CUDA [3 + 10 * layers]), receives
+// one block's clock (ns) at the start and at the end of each stage's work and
+// of the grid barrier after it, then its SM's cycle count at the start and
+// the end: a profile of the step.
 struct DecodeLayerWeights {
   at::Tensor input_norm, post_norm, q_norm, k_norm;  // q_norm/k_norm: Qwen3 only
   LinearWeights q, k, v, o, gate, up, down;
   at::Tensor k_cache, v_cache;  // [slots, max_len, kv_heads, head_dim]
 };
-bool PersistentDecodeFits(c10::ScalarType dtype, int64_t layers, int64_t hidden, int64_t mlp, int64_t heads,
-                          int64_t kv_heads, int64_t head_dim);
+bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden,
+                          int64_t mlp, int64_t heads, int64_t kv_heads, int64_t head_dim);
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
-                      int64_t span);
+                      int64_t span, const at::Tensor& timeline = {});
 
 }  // namespace cuda_agent::model

@@ -36,7 +36,7 @@ struct LoadOptions {
 enum class DecodeKernels {
   kAten,        // ATen ops (cuBLAS GEMMs, flash attention, fused elementwise kernels)
   kFused,       // five kernels per layer, up to FusedDecodeMaxRows() rows
-  kPersistent,  // every layer in one persistent kernel, up to FusedDecodeMaxRows() rows
+  kPersistent,  // every layer in one persistent kernel (Hopper; rows as PersistentDecodeFits allows)
 };
 
 // Keys and values of every layer for `slots` sequences of up to `max_len` tokens.
