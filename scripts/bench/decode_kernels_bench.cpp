@@ -139,12 +139,13 @@ int main(int argc, char** argv) {
   // Where a layer's time goes: block 0's clock at the end of each stage's
   // work and of the barrier after it, averaged over runs and layers.
   const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up", "down + residual"};
-  at::Tensor timeline = at::zeros({3 + 10 * num_layers}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
-  std::vector<double> work(5), wait(5);
+  at::Tensor timeline = at::zeros({7 + 10 * num_layers}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+  std::vector<double> work(5), wait(5), weights(5);  // weights: waiting for them, within `work`
   double mhz = 0;  // block 0's SM clock over the step
   const int timed_runs = plain ? 0 : 20;
   for (int r = 0; r < timed_runs; ++r) {
     at::Tensor h = h0.clone();
+    timeline.zero_();
     model::PersistentDecode(h, layers, positions, inv_freq, 1e-6, heads, kv, mlp, span, timeline);
     at::Tensor t = timeline.cpu();
     const int64_t* ns = t.data_ptr<int64_t>();
@@ -154,11 +155,15 @@ int main(int argc, char** argv) {
     }
     const int64_t end = 10 * num_layers;
     mhz += static_cast<double>(ns[end + 2] - ns[end + 1]) / static_cast<double>(ns[end] - ns[0]) * 1e3 / timed_runs;
+    const int gemv_stage[4] = {0, 2, 3, 4};  // q/k/v, o, gate/up, down among the five
+    for (int s = 0; s < 4; ++s) weights[gemv_stage[s]] += ns[end + 3 + s] / 1e3 / timed_runs / num_layers;
   }
   nlohmann::json breakdown = nlohmann::json::array();
   for (int s = 0; s < 5; ++s) {
-    breakdown.push_back({{"stage", stages[s]}, {"work_us", work[s]}, {"barrier_us", wait[s]}});
-    std::printf("  persistent %-18s work %6.2f us  barrier %6.2f us (block 0, a layer)\n", stages[s], work[s], wait[s]);
+    breakdown.push_back(
+        {{"stage", stages[s]}, {"work_us", work[s]}, {"weights_wait_us", weights[s]}, {"barrier_us", wait[s]}});
+    std::printf("  persistent %-18s work %6.2f us (waiting for weights %5.2f)  barrier %6.2f us (block 0, a layer)\n",
+                stages[s], work[s], weights[s], wait[s]);
   }
   std::printf("  persistent SM clock %.0f MHz (block 0)\n", mhz);
   rows.push_back({{"kernel", "persistent"}, {"layers", num_layers}, {"us", persistent}, {"sm_mhz", mhz},

@@ -12,7 +12,13 @@
 
 namespace cuda_agent::model::kernels {
 
-constexpr int kAttentionWarps = 8;
+constexpr int kAttentionWarps = 8, kAttentionThreads = kAttentionWarps * 32;
+
+// A barrier of a block's first kAttentionThreads threads (the whole block of
+// the attention kernel; the computing warps of the persistent kernel, whose
+// last warp copies weights and does not take part). Orders shared memory as
+// __syncthreads() does.
+__device__ inline void SyncAttentionThreads() { asm volatile("bar.sync 1, %0;" ::"n"(kAttentionThreads) : "memory"); }
 
 // Blocks on the GPU; the largest shared-memory carveout for a decode kernel
 // and, over 48 KB of dynamic shared memory, the opt-in (decode_kernels.cu).
@@ -92,7 +98,7 @@ __device__ void PrefetchChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g
   const int64_t pos = a.positions[b];
   const int64_t last = pos < a.span ? pos : a.span - 1, begin = z * C;
   const int end = static_cast<int>((begin + C <= last ? begin + C : last) - begin);  // the new one excluded
-  for (int i = threadIdx.x; i < end * lines * 2; i += blockDim.x) {
+  for (int i = threadIdx.x; i < end * lines * 2; i += kAttentionThreads) {
     const int64_t t = begin + i / (lines * 2), line = i % lines;
     const char* cache = static_cast<const char*>((i / lines) % 2 ? a.v_cache : a.k_cache);
     PrefetchL2(cache + (((b * a.max_len + t) * a.kv_heads + g) * HD) * sizeof(T) + line * 128);
@@ -140,16 +146,16 @@ __device__ void AttendChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, 
   __shared__ float part_m[kAttentionWarps][G], part_s[kAttentionWarps][G];
   __shared__ bool merging;
   const T* row = static_cast<const T*>(a.qkv) + b * (a.heads + 2 * a.kv_heads) * HD;
-  for (int i = threadIdx.x; i < (group + 2) * HD; i += blockDim.x) {
+  for (int i = threadIdx.x; i < (group + 2) * HD; i += kAttentionThreads) {
     const int h = i / HD, d = i % HD;
     const int64_t src = h < group ? (g * group + h) : h == group ? a.heads + g : a.heads + a.kv_heads + g;
     head[h][d] = LoadCoherent(row + src * HD + d);
   }
-  for (int d = threadIdx.x; d < half; d += blockDim.x) freq[d] = a.inv_freq[d];
+  for (int d = threadIdx.x; d < half; d += kAttentionThreads) freq[d] = a.inv_freq[d];
   if (a.q_norm)
-    for (int d = threadIdx.x; d < 2 * HD; d += blockDim.x)
+    for (int d = threadIdx.x; d < 2 * HD; d += kAttentionThreads)
       qk_norm[d] = ToFloat(static_cast<const T*>(d < HD ? a.q_norm : a.k_norm)[d % HD]);
-  __syncthreads();
+  SyncAttentionThreads();
   // Qwen3's q/k RMSNorm over each head, one warp per head.
   if (a.q_norm) {
     for (int h = warp; h <= group; h += kAttentionWarps) {
@@ -159,41 +165,39 @@ __device__ void AttendChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, 
       const float* w = qk_norm + (h < group ? 0 : HD);
       for (int d = lane; d < HD; d += 32) head[h][d] = head[h][d] * r * w[d];
     }
-    __syncthreads();
+    SyncAttentionThreads();
   }
   // Rotary on the queries and the key: out = x * cos + rotate_half(x) * sin.
-  for (int i = threadIdx.x; i < (group + 1) * half; i += blockDim.x) {
+  for (int i = threadIdx.x; i < (group + 1) * half; i += kAttentionThreads) {
     const int h = i / half, d = i % half;
     const float angle = static_cast<float>(pos) * freq[d], c = cosf(angle), s = sinf(angle);
     const float x0 = head[h][d], x1 = head[h][d + half];
     head[h][d] = x0 * c - x1 * s;
     head[h][d + half] = x1 * c + x0 * s;
   }
-  __syncthreads();
+  SyncAttentionThreads();
   // The new key and value as the cache holds them (in T).
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+  for (int d = threadIdx.x; d < HD; d += kAttentionThreads) {
     head[group][d] = ToFloat(FromFloat<T>(head[group][d]));
     head[group + 1][d] = ToFloat(FromFloat<T>(head[group + 1][d]));
   }
-  __syncthreads();
+  SyncAttentionThreads();
   if (z == 0)
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    for (int d = threadIdx.x; d < HD; d += kAttentionThreads) {
       kc[pos * stride + d] = FromFloat<T>(head[group][d]);
       vc[pos * stride + d] = FromFloat<T>(head[group + 1][d]);
     }
 
   // Each lane group keeps an online softmax over its positions; groups,
-  // then warps, are merged at the end.
-  float q[G][8], m[G], s[G], acc[G][8];
+  // then warps, are merged at the end. The queries stay in shared memory
+  // (registers go to the outputs).
+  float m[G], s[G], acc[G][8];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     m[h] = -INFINITY;
     s[h] = 0;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      q[h][e] = h < group ? head[h][part * 8 + e] * a.scale : 0.f;
-      acc[h][e] = 0;
-    }
+    for (int e = 0; e < 8; ++e) acc[h][e] = 0;
   }
 #pragma unroll
   for (int i = 0; i < kPasses; ++i) {
@@ -210,8 +214,9 @@ __device__ void AttendChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, 
       if (h >= group) break;
       float dot = 0;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) dot += valid ? q[h][e] * kf[e] : 0.f;
+      for (int e = 0; e < 8; ++e) dot += valid ? head[h][part * 8 + e] * kf[e] : 0.f;
       for (int offset = L / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffff, dot, offset);
+      dot *= a.scale;
       if (!valid) continue;
       const float m_new = fmaxf(m[h], dot), f = expf(m[h] - m_new), p = expf(dot - m_new);
       s[h] = s[h] * f + p;
@@ -244,12 +249,12 @@ __device__ void AttendChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, 
 #pragma unroll
       for (int e = 0; e < 8; ++e) part_acc[warp][h][part * 8 + e] = acc[h][e];
   }
-  __syncthreads();
+  SyncAttentionThreads();
   // The block's softmax over its chunk, per (head h, element d): its max, sum
   // (0: no position) and unnormalised output.
   const int64_t bg = b * a.kv_heads + g;
   float* pm = a.partial + bg * chunks * G * (HD + 2);  // per chunk: G maxima, G sums, G x HD outputs
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+  for (int i = threadIdx.x; i < group * HD; i += kAttentionThreads) {
     const int h = i / HD, d = i % HD;
     float M = -INFINITY;
     for (int w = 0; w < kAttentionWarps; ++w) M = fmaxf(M, part_m[w][h]);
@@ -274,15 +279,15 @@ __device__ void AttendChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, 
   if (!merge || chunks == 1) return;
   // The last block of (b, g) to finish merges the chunks.
   __threadfence();
-  __syncthreads();
+  SyncAttentionThreads();
   if (threadIdx.x == 0) {
     merging = atomicAdd(a.counters + bg, 1) == chunks - 1;
     if (merging) a.counters[bg] = 0;  // ready for the next step
   }
-  __syncthreads();
+  SyncAttentionThreads();
   if (!merging) return;
   __threadfence();
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+  for (int i = threadIdx.x; i < group * HD; i += kAttentionThreads) {
     const int h = i / HD, d = i % HD;
     static_cast<T*>(a.out)[b * a.heads * HD + (g * group + h) * HD + d] =
         FromFloat<T>(MergeChunks(pm, chunks, G, HD, h, d));

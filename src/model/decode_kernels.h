@@ -104,8 +104,9 @@ struct DecodeLayersArgs {
   unsigned* barrier = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier
-  // after it opens, then its SM's clock64 at the start and at the end:
-  // 3 + 10 * num_layers values.
+  // after it opens; then its SM's clock64 at the start and at the end; then,
+  // per GEMV stage (4), the ns it waited for weights, added up over the
+  // layers (zero before the launch): 7 + 10 * num_layers values.
   unsigned long long* timeline = nullptr;
 };
 // Whether the persistent kernel takes this shape on this GPU (Hopper or

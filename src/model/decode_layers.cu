@@ -3,10 +3,11 @@
 // One block per SM. Each GEMV stage's output rows are split evenly over the
 // blocks; a block's weights arrive in tiles (a run of its rows of one stage)
 // that the Tensor Memory Accelerator copies into a ring of shared memory.
-// Thread 0 issues a tile as soon as the ring has room for it, so the copies
-// run ahead of the computation through grid barriers, stages and layers, and
-// DRAM keeps streaming while the grid waits. Each tile completes on its own
-// transaction barrier (mbarrier). Inputs are read once per stage into shared
+// The block's last warp only copies: it issues a tile as soon as the ring has
+// room for it, so the copies run ahead of the computation through grid
+// barriers, stages and layers, and DRAM keeps streaming while the grid
+// waits. Each tile's landing and its release by the computing warps are
+// transaction barriers (mbarriers). Inputs are read once per stage into shared
 // memory as fp32 (normalised where the stage starts with an RMSNorm).
 #include "decode_kernels.h"
 
@@ -17,8 +18,9 @@
 namespace cuda_agent::model::kernels {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = kAttentionWarps;  // computing warps; one more copies weights
 constexpr int kThreads = kWarps * 32;
+static_assert(kThreads == kAttentionThreads, "the computing warps share SyncAttentionThreads()");
 constexpr int kTilesInFlight = 16;  // one transaction barrier each
 constexpr int kTileUnits = 64;      // (row, part of k) work units of a tile at most
 constexpr int kStages = 4;          // GEMV stages of a layer
@@ -70,6 +72,11 @@ __device__ inline void BarrierWait(uint64_t* bar, uint32_t parity) {
       : "memory");
 #endif
 }
+__device__ inline void BarrierArrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SharedAddress(bar)) : "memory");
+#endif
+}
 // Global -> shared, 16-byte multiples, counted on `bar`.
 __device__ inline void BulkCopy(void* dst, const void* src, int64_t bytes, uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -88,9 +95,9 @@ __device__ inline void AsyncProxyFence() {
 
 // Every block of the grid (all resident: a cooperative launch) waits here
 // until the blocks' arrivals reach `target`; writes before it are visible
-// to L2 loads (__ldcg) after it.
+// to L2 loads (__ldcg) after it. The computing warps only.
 __device__ inline void GridBarrier(unsigned* counter, unsigned target) {
-  __syncthreads();
+  SyncAttentionThreads();
   if (threadIdx.x == 0) {
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
     unsigned seen = 0;
@@ -98,7 +105,7 @@ __device__ inline void GridBarrier(unsigned* counter, unsigned target) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
     } while (seen < target);
   }
-  __syncthreads();
+  SyncAttentionThreads();
 }
 
 // The GEMV of stage s of `layer` and its output rows n.
@@ -130,15 +137,19 @@ __device__ inline void BlockRows(int64_t n, int64_t* j0, int64_t* j1) {
   *j1 = static_cast<int>(n) * (blockIdx.x + 1) / gridDim.x;
 }
 
+// Tile t lands on done[t % kTilesInFlight] and is released on
+// freed[t % kTilesInFlight], phase t / kTilesInFlight of both.
 struct Ring {
   const DecodeLayer* layers;  // a copy of the launch's, in shared memory
   unsigned char* data;
-  uint64_t* done;  // [kTilesInFlight]: tile t completes on done[t % kTilesInFlight]
-  int* offset;     // [kTilesInFlight]: where in `data` tile t lies
+  uint64_t* done;   // [kTilesInFlight]
+  uint64_t* freed;  // [kTilesInFlight]
+  int* offset;      // [kTilesInFlight]: where in `data` tile t lies
 };
 
-// Thread 0's side of the ring: the next tile to copy and the ring's free
-// bytes. Positions count bytes since the launch; a tile never wraps around.
+// The copying warp's side of the ring (one lane): the next tile to copy and
+// the ring's free bytes. Positions count bytes since the launch; a tile
+// never wraps around.
 struct Producer {
   int64_t layer = 0, row = -1;  // -1: this block's first row of the stage
   int stage = 0;
@@ -189,12 +200,18 @@ struct Producer {
     }
   }
 
-  // The block is done with the oldest tile: its bytes are free.
+  // Copies every layer's tiles, waiting for the computing warps to release
+  // the oldest whenever the ring is full.
   template <typename T>
-  __device__ void Release(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring) {
-    tail = end[consumed % kTilesInFlight];
-    ++consumed;
-    Issue<T>(a, p, ring);
+  __device__ void Run(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring) {
+    for (;;) {
+      Issue<T>(a, p, ring);
+      if (layer >= a.num_layers) return;  // all issued; the copies complete on their own
+      const int q = static_cast<int>(consumed % kTilesInFlight);
+      BarrierWait(&ring.freed[q], static_cast<uint32_t>(consumed / kTilesInFlight) & 1);
+      tail = end[q];
+      ++consumed;
+    }
   }
 };
 
@@ -276,20 +293,21 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
+      if (r >= batch) break;
       const float total = WarpSum(ss[r]);
       if (lane == 0) scratch[warp * R + r] = total;
     }
-    __syncthreads();
-    if (threadIdx.x < R) {
+    SyncAttentionThreads();
+    if (threadIdx.x < batch) {
       float total = 0;
       for (int w = 0; w < kWarps; ++w) total += scratch[w * R + threadIdx.x];
       rstd[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + g.eps);
     }
-    __syncthreads();
+    SyncAttentionThreads();
     for (int b = 0; b < batch; ++b)
       for (int d = threadIdx.x; d < k; d += kThreads) xs[b * k + d] *= rstd[b];
   }
-  __syncthreads();
+  SyncAttentionThreads();
 }
 
 // The o stage's input: the attention output [batch, heads * HD], merged
@@ -322,7 +340,7 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
     }
     for (int64_t c = 0; c < chunks; ++c) weights[i * chunks + c] /= S;
   }
-  __syncthreads();
+  SyncAttentionThreads();
   // Outputs: U elements a thread at once, every chunk's loads in flight.
   const int total = batch * heads * HD;
   const int64_t chunk_floats = G * (HD + 2);
@@ -344,7 +362,7 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
     for (int u = 0; u < U; ++u)
       if (i0 + u * kThreads < total) xs[i0 + u * kThreads] = ToFloat(FromFloat<T>(o[u]));
   }
-  __syncthreads();
+  SyncAttentionThreads();
 }
 
 // How many parts of k each of a tile's rows is split into, so that the
@@ -427,13 +445,27 @@ __device__ void TileOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int 
 // The per-block state of the kernel's consuming side.
 struct Consumer {
   Ring ring;
-  Producer producer;  // thread 0's
   int64_t tile = 0;   // the next tile to consume
   float* xs;          // the stage's input
   float* red;         // two buffers of kTileUnits * 2 * kDecodeMaxRows sums
   float* side;        // biases and residuals of the stage's rows (LoadInput)
   float* weights;     // the attention chunks' weights (LoadAttention)
 };
+
+__device__ inline unsigned long long GlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Block 0's clock into the timeline (decode_kernels.h); `cycles`: the SM's
+// cycle count too, after the stage marks.
+__device__ inline void Mark(const DecodeLayersArgs& a, int64_t index, int64_t cycles = -1) {
+  if (a.timeline && blockIdx.x == 0 && threadIdx.x == 0) {
+    a.timeline[index] = GlobalTimer();
+    if (cycles >= 0) a.timeline[1 + 10 * a.num_layers + cycles] = clock64();
+  }
+}
 
 // Stage s of layer l: this block's rows, tile by tile as they land. The o
 // stage (HD > 0) reads its input from the attention's partial results.
@@ -452,13 +484,16 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
     const int rows = static_cast<int>(min(p.tile_rows[s], j1 - r));
     const int q = static_cast<int>(c.tile % kTilesInFlight);
+    const bool timed = a.timeline && blockIdx.x == 0 && threadIdx.x == 0;
+    const unsigned long long start = timed ? GlobalTimer() : 0;
     BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
+    if (timed) a.timeline[3 + 10 * a.num_layers + s] += GlobalTimer() - start;  // waiting for weights
     // Alternate sum buffers: one barrier a tile keeps this tile's sums from
     // the previous tile's outputs.
     float* red = c.red + (c.tile % 2) * kTileUnits * 2 * R;
     TileDots<T, kSwiGlu>(g, rows, reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), c.xs, red);
-    __syncthreads();
-    if (threadIdx.x == 0) c.producer.Release<T>(a, p, c.ring);
+    SyncAttentionThreads();
+    if (threadIdx.x == 0) BarrierArrive(&c.ring.freed[q]);
     TileOutputs<T, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), r, rows, red, c.side);
   }
 }
@@ -475,22 +510,11 @@ __device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const D
   return att;
 }
 
-// Block 0's clock into the timeline; `cycles`: the SM's cycle count too,
-// after the stage marks.
-__device__ inline void Mark(const DecodeLayersArgs& a, int64_t index, int64_t cycles = -1) {
-  if (a.timeline && blockIdx.x == 0 && threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    a.timeline[index] = t;
-    if (cycles >= 0) a.timeline[1 + 10 * a.num_layers + cycles] = clock64();
-  }
-}
-
 template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads + 32, 1)
     DecodeLayersKernel(const __grid_constant__ DecodeLayersArgs a, const RingPlan p) {
   extern __shared__ __align__(128) unsigned char shared[];
-  __shared__ uint64_t tile_done[kTilesInFlight];
+  __shared__ uint64_t tile_done[kTilesInFlight], tile_freed[kTilesInFlight];
   __shared__ int tile_offset[kTilesInFlight];
   // Shared memory: the ring, the stage inputs, two sum buffers, the side
   // elements, the chunk weights, the layers' descriptors (8-byte aligned).
@@ -500,16 +524,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   c.side = c.red + 2 * kTileUnits * 2 * kDecodeMaxRows;
   c.weights = c.side + p.block_rows * (2 + kDecodeMaxRows);
   DecodeLayer* layers = reinterpret_cast<DecodeLayer*>(c.weights + p.chunk_weights);
-  c.ring = {layers, shared, tile_done, tile_offset};
+  c.ring = {layers, shared, tile_done, tile_freed, tile_offset};
   {
     const int64_t words = a.num_layers * sizeof(DecodeLayer) / 8;
     const uint64_t* from = reinterpret_cast<const uint64_t*>(a.layers);
-    for (int64_t i = threadIdx.x; i < words; i += kThreads) reinterpret_cast<uint64_t*>(layers)[i] = from[i];
+    for (int64_t i = threadIdx.x; i < words; i += blockDim.x) reinterpret_cast<uint64_t*>(layers)[i] = from[i];
   }
   if (threadIdx.x == 0)
-    for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q]);
-  __syncthreads();
-  if (threadIdx.x == 0) c.producer.Issue<T>(a, p, c.ring);
+    for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q]), BarrierInit(&tile_freed[q]);
+  __syncthreads();  // the last one of the whole block
+  if (threadIdx.x >= kThreads) {  // the copying warp
+    if (threadIdx.x == kThreads) Producer().Run<T>(a, p, c.ring);
+    return;
+  }
   Mark(a, 0, 0);
   constexpr int64_t C = kAttentionPasses * kKeysPerPass<HD>;
   const int64_t chunks = (a.span + C - 1) / C, items = a.batch * a.kv_heads * chunks;
@@ -529,7 +556,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
       AttendChunk<T, HD, kAttentionPasses>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks, chunks,
                                            false, c.xs);
-      __syncthreads();
+      SyncAttentionThreads();
     }
     barrier(l, 1, true);
     GemvStage<T, false, false, HD>(a, p, kStageOut, l, c, chunks);
@@ -627,6 +654,7 @@ int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream)
   if (!DecodeLayersFit(dtype, args.batch, args.span, args.num_layers, args.hidden, args.mlp, args.heads,
                        args.kv_heads, args.head_dim))
     return static_cast<int>(cudaErrorInvalidValue);
+  cudaError_t error = cudaSuccess;
   WithPlan(dtype, args, [&](auto kernel, const RingPlan& plan, int64_t bytes) {
     ConfigureDecodeKernel(reinterpret_cast<const void*>(kernel), bytes);
     cudaLaunchAttribute attribute[1];
@@ -634,14 +662,14 @@ int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream)
     attribute[0].val.cooperative = 1;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(MultiprocessorCount()));
-    config.blockDim = dim3(kThreads);
+    config.blockDim = dim3(kThreads + 32);
     config.dynamicSmemBytes = static_cast<size_t>(bytes);
     config.stream = stream;
     config.attrs = attribute;
     config.numAttrs = 1;
-    cudaLaunchKernelEx(&config, kernel, args, plan);
+    error = cudaLaunchKernelEx(&config, kernel, args, plan);
   });
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(error != cudaSuccess ? error : cudaGetLastError());
 }
 
 }  // namespace cuda_agent::model::kernels

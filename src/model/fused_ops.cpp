@@ -335,8 +335,8 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.barrier = reinterpret_cast<unsigned*>(counters.data_ptr<int>() + B * kv_heads);
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
-                    timeline.numel() >= 3 + 10 * a.num_layers,
-                "PersistentDecode: timeline must be a contiguous int64 CUDA tensor of 3 + 10 * layers values");
+                    timeline.numel() >= 7 + 10 * a.num_layers,
+                "PersistentDecode: timeline must be a contiguous int64 CUDA tensor of 7 + 10 * layers values");
     a.timeline = reinterpret_cast<unsigned long long*>(timeline.data_ptr<int64_t>());
   }
   Check(kernels::DecodeLayers(KernelDtype(h), a, Stream(h)), "persistent decode");

@@ -62,10 +62,11 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
 // as PersistentDecodeFits allows): h [B, hidden], the embeddings of the new
 // tokens, becomes the last layer's output in place; each layer's keys and
 // values go into its caches at `positions` [B] (rows are slots 0..B-1, keys
-// < span). `timeline`, when defined (int64 CUDA [3 + 10 * layers]), receives
-// one block's clock (ns) at the start and at the end of each stage's work and
-// of the grid barrier after it, then its SM's cycle count at the start and
-// the end: a profile of the step.
+// < span). `timeline`, when defined (int64 CUDA [7 + 10 * layers], zeros),
+// receives one block's clock (ns) at the start and at the end of each
+// stage's work and of the grid barrier after it, its SM's cycle count at the
+// start and the end, and per GEMV stage its ns waiting for weights: a
+// profile of the step (kernels::DecodeLayersArgs::timeline).
 struct DecodeLayerWeights {
   at::Tensor input_norm, post_norm, q_norm, k_norm;  // q_norm/k_norm: Qwen3 only
   LinearWeights q, k, v, o, gate, up, down;
