@@ -197,11 +197,15 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
       if (dtype == at::kFloat) {
         EXPECT_TRUE(got.narrow(0, 0, 2).argmax(-1).equal(want.narrow(0, 0, 2).argmax(-1))) << what;
       }
+      // Keys and values in bf16: layer 0's come from the same embeddings (one
+      // rounding apart); a later layer's input carries the earlier layers'
+      // bf16 rounding, which Qwen3's k norm can magnify (0.025 seen once).
       for (size_t i = 0; i < aten.k.size(); ++i) {
+        const double atol = dtype == at::kFloat ? 1e-5 : i == 0 ? 0.02 : 0.05;
         for (int64_t b = 0; b < 2; ++b) {
           const int64_t p = positions[b][0].item<int64_t>();
-          ExpectNear(fused.k[i][b][p], aten.k[i][b][p], dtype == at::kFloat ? 1e-5 : 0.02, 0.01, what + " key");
-          ExpectNear(fused.v[i][b][p], aten.v[i][b][p], dtype == at::kFloat ? 1e-5 : 0.02, 0.01, what + " value");
+          ExpectNear(fused.k[i][b][p], aten.k[i][b][p], atol, 0.01, what + " key, layer " + std::to_string(i));
+          ExpectNear(fused.v[i][b][p], aten.v[i][b][p], atol, 0.01, what + " value, layer " + std::to_string(i));
         }
       }
     }
