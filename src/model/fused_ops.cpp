@@ -292,6 +292,11 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   for (size_t l = 0; l < layers.size(); ++l) {
     const DecodeLayerWeights& w = layers[l];
     kernels::DecodeLayer& k = a.layers[l];
+    for (const at::Tensor* norm : {&w.input_norm, &w.post_norm})  // read in 16-byte packs
+      TORCH_CHECK(norm->is_contiguous() && norm->numel() == hidden && norm->scalar_type() == h.scalar_type() &&
+                      reinterpret_cast<uintptr_t>(norm->data_ptr()) % 16 == 0,
+                  "PersistentDecode: layer ", l, " norm weight ", norm->sizes(),
+                  " is not a 16-byte aligned contiguous [", hidden, "] of the model's dtype");
     k.input_norm = w.input_norm.data_ptr();
     k.post_norm = w.post_norm.data_ptr();
     k.q_norm = DataOrNull(w.q_norm);
