@@ -1,4 +1,5 @@
-// Launchers of the decode kernels behind model/fused_ops.h (decode_kernels.cu):
+// Launchers of the decode kernels behind model/fused_ops.h (decode_kernels.cu:
+// per-layer GEMVs and attention; decode_layers.cu: every layer in one kernel):
 // plain pointers and sizes, no torch. Every launcher runs on `stream` and
 // returns the launch's cudaError_t as an int.
 #pragma once
