@@ -2,7 +2,7 @@
 # Everything that needs the GPU host, in one run, results under OUT_DIR.
 # On the host (after `source .device/env.sh` where gRPC is staged):
 #
-#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|learner|train|profile ...
+#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|decode|learner|train|profile ...
 #
 #   build       configure and build build-gpu (benchmarks included)
 #   tests       the GPU tests of the model and the learner (CUDA graphs, NCCL),
@@ -15,7 +15,10 @@
 #               bf16, 4096 tokens; on one GPU and, where there are two, on both
 #               (sharded and replicated optimizer state)
 #   train       cuda-agent train on the GPU (and on two through torchrun)
-#   profile     decode kernels alone (decode_kernels_bench) and under Nsight Compute
+#   profile     decode kernels alone (decode_kernels_bench, with the persistent
+#               kernel's per-stage timeline) and under Nsight Compute
+#   decode      batch-1 decode tokens/s: ATen, fused and persistent kernels next to
+#               transformers (the quick form of `policy`)
 set -uo pipefail
 out=$1
 shift
@@ -44,6 +47,10 @@ for step in "$@"; do
          --out "$out/bf16_parity.json") > "$out/bf16_parity.log" 2>&1
       python3 scripts/bench/generate.py --build $build --device cuda --profile --decode-kernels fused persistent --out "$out/generate.json" > "$out/generate.log" 2>&1
       ;;
+    decode)
+      python3 scripts/bench/generate.py --build $build --device cuda --batches 1 --decode-kernels fused persistent \
+        --out "$out/generate_b1.json" > "$out/generate_b1.log" 2>&1
+      ;;
     learner)
       : > "$out/learner.log"
       for mb in 1 4; do
@@ -60,15 +67,22 @@ for step in "$@"; do
       ;;
     profile)
       # Where a batch-1 decode step's time goes: each decode kernel alone next to
-      # cuBLAS, the persistent kernel per layer, then Nsight Compute on one launch
-      # of each (6th launch: warmed up).
+      # cuBLAS and the persistent kernel's own per-stage timeline, then Nsight
+      # Compute on one warmed-up launch of each kernel (instructions executed and
+      # sampled stall reasons included), all in one file.
       CUDA_AGENT_DECODE_PDL=0 $build/decode_kernels_bench --batch 1 --json "$out/decode_kernels.json" \
         > "$out/decode_kernels.log" 2>&1
+      stalls=smsp__inst_executed.sum
+      for reason in barrier long_scoreboard short_scoreboard wait no_instructions selected mio_throttle \
+          math_pipe_throttle branch_resolving membar lg_throttle sleeping; do
+        stalls+=,smsp__pcsamp_warps_issue_stalled_$reason
+      done
+      : > "$out/ncu.txt"
       for kernel in DecodeLayersKernel DecodeGemvKernel DecodeAttentionKernel; do
-        ncu --kernel-name regex:$kernel --launch-skip 5 --launch-count 1 --section SpeedOfLight \
+        ncu --kernel-name regex:$kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
           --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
-          --section MemoryWorkloadAnalysis --section SourceCounters \
-          $build/decode_kernels_bench --plain --iters 1 > "$out/ncu_$kernel.txt" 2>&1
+          --section MemoryWorkloadAnalysis --section SourceCounters --section InstructionStats --metrics "$stalls" \
+          $build/decode_kernels_bench --plain --iters 1 >> "$out/ncu.txt" 2>&1
       done
       ;;
     train)
