@@ -93,15 +93,12 @@ struct DecodeLayersArgs {
   const float* inv_freq = nullptr;
   void* h = nullptr;
   // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], attn [batch,
-  // heads * head_dim], act [batch, mlp]; partial and counters as for
-  // DecodeAttention, over DecodeLayersAttentionChunks(span, head_dim) chunks
-  // (counters unused); barrier:
-  // one zero.
+  // heads * head_dim], act [batch, mlp]; partial as for DecodeAttention, over
+  // DecodeLayersAttentionChunks(span, head_dim) chunks; barrier: one zero.
   void* qkv = nullptr;
   void* attn = nullptr;
   void* act = nullptr;
   float* partial = nullptr;
-  int* counters = nullptr;
   unsigned* barrier = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier

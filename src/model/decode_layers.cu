@@ -42,9 +42,7 @@ struct RingPlan {
 // ---- Hopper: bulk copies completing on transaction barriers ----
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ inline uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+__device__ inline uint32_t SharedAddress(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 #endif
 __device__ inline void BarrierInit(uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -184,8 +182,7 @@ struct Producer {
       BarrierExpectBytes(&ring.done[q], bytes);
       if (g.swiglu) {  // gate rows, then the same rows of up
         BulkCopy(dst, static_cast<const T*>(g.m[0].w) + row * g.k, rows * row_bytes, &ring.done[q]);
-        BulkCopy(dst + rows * row_bytes, static_cast<const T*>(g.m[1].w) + row * g.k, rows * row_bytes,
-                 &ring.done[q]);
+        BulkCopy(dst + rows * row_bytes, static_cast<const T*>(g.m[1].w) + row * g.k, rows * row_bytes, &ring.done[q]);
       } else {  // the rows of each matrix the tile spans (q, k, v)
         for (int m = 0, first = 0; m < 3; first += static_cast<int>(g.m[m].rows), ++m) {
           const int64_t lo = max(row, static_cast<int64_t>(first)), hi = min(row + rows, first + g.m[m].rows);
@@ -215,6 +212,22 @@ struct Producer {
   }
 };
 
+// Element i of `side` for this block's output rows [j0, j0 + rows) of a
+// stage: the bias of matrix m at m * rows + r (0 where it has none), the
+// residual of batch row b at (2 + b) * rows + r (0 without one).
+template <typename T, bool kSwiGlu>
+__device__ inline float SideValue(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int i) {
+  constexpr int M = kSwiGlu ? 2 : 1;
+  const int m = i / rows, r = i % rows;
+  if (m < M) {
+    const T* bias;
+    WeightRow<T, kSwiGlu>(g, j0 + r, m, &bias);
+    return bias ? ToFloat(*bias) : 0.f;
+  }
+  if (m >= 2 && g.residual) return LoadCoherent(static_cast<const T*>(g.residual) + (m - 2) * n + j0 + r);
+  return 0.f;
+}
+
 // The stage's input [batch, k] into xs as fp32, with kNorm normalised:
 // RMSNorm(x) * norm_weight; with it (in the same round of loads) the bias
 // and residual elements of this block's output rows [j0, j1) into `side`
@@ -223,7 +236,7 @@ struct Producer {
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1, float* xs, float* side,
                           float* scratch) {
-  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1, U = 4;  // U: packs a thread loads at once
+  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, U = 4;  // U: packs a thread loads at once
   const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = batch * k / V;
   const int rows = static_cast<int>(j1 - j0), sides = rows * (2 + batch);
   const T* x = static_cast<const T*>(g.x);
@@ -231,17 +244,9 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
   // The side elements first, at most two a thread in this round.
   float side_v[2] = {};
 #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-    const int i = threadIdx.x + u * kThreads, m = i / rows, r = i % rows;
-    if (i >= sides) break;
-    if (m < M) {
-      const T* bias;
-      WeightRow<T, kSwiGlu>(g, j0 + r, m, &bias);
-      if (bias) side_v[u] = ToFloat(*bias);
-    } else if (m >= 2 && g.residual) {
-      side_v[u] = LoadCoherent(static_cast<const T*>(g.residual) + (m - 2) * n + j0 + r);
-    }
-  }
+  for (int u = 0; u < 2; ++u)
+    if (threadIdx.x + u * kThreads < sides)
+      side_v[u] = SideValue<T, kSwiGlu>(g, n, j0, rows, threadIdx.x + u * kThreads);
   float ss[R] = {};
   for (int i0 = threadIdx.x; i0 < packs; i0 += U * kThreads) {
     Pack<T, V> v[U], w[U];
@@ -276,18 +281,8 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
 #pragma unroll
   for (int u = 0; u < 2; ++u)
     if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = side_v[u];
-  for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) {  // rows past two a thread
-    const int m = i / rows, r = i % rows;
-    float v = 0;
-    if (m < M) {
-      const T* bias;
-      WeightRow<T, kSwiGlu>(g, j0 + r, m, &bias);
-      if (bias) v = ToFloat(*bias);
-    } else if (m >= 2 && g.residual) {
-      v = LoadCoherent(static_cast<const T*>(g.residual) + (m - 2) * n + j0 + r);
-    }
-    side[i] = v;
-  }
+  for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads)  // rows past two a thread
+    side[i] = SideValue<T, kSwiGlu>(g, n, j0, rows, i);
   if constexpr (kNorm) {
     __shared__ float rstd[R];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -312,16 +307,14 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
 
 // The o stage's input: the attention output [batch, heads * HD], merged
 // from the chunks' partial softmaxes (AttendChunk without `merge`) and
-// rounded to T as a stored output would be; the residual as LoadInput.
+// rounded to T as a stored output would be; `side` as LoadInput.
 template <typename T, int HD>
 __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1,
                               int64_t chunks, float* xs, float* side, float* weights) {
   constexpr int G = kDecodeMaxGroup, U = 4;
   const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
   const int rows = static_cast<int>(j1 - j0), batch = static_cast<int>(a.batch);
-  // Residuals of this block's rows.
-  for (int i = threadIdx.x; i < rows * batch; i += kThreads)
-    side[2 * rows + i] = LoadCoherent(static_cast<const T*>(g.residual) + (i / rows) * n + j0 + i % rows);
+  for (int i = threadIdx.x; i < rows * (2 + batch); i += kThreads) side[i] = SideValue<T, false>(g, n, j0, rows, i);
   // Per (row b, head h): each chunk's weight exp(m_c - M) / S in `weights`.
   for (int i = threadIdx.x; i < batch * heads; i += kThreads) {
     const int b = i / heads, h = i % heads;
@@ -445,11 +438,11 @@ __device__ void TileOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int 
 // The per-block state of the kernel's consuming side.
 struct Consumer {
   Ring ring;
-  int64_t tile = 0;   // the next tile to consume
-  float* xs;          // the stage's input
-  float* red;         // two buffers of kTileUnits * 2 * kDecodeMaxRows sums
-  float* side;        // biases and residuals of the stage's rows (LoadInput)
-  float* weights;     // the attention chunks' weights (LoadAttention)
+  int64_t tile = 0;  // the next tile to consume
+  float* xs;         // the stage's input
+  float* red;        // two buffers of kTileUnits * 2 * kDecodeMaxRows sums
+  float* side;       // biases and residuals of the stage's rows (LoadInput)
+  float* weights;    // the attention chunks' weights (LoadAttention)
 };
 
 __device__ inline unsigned long long GlobalTimer() {
@@ -506,7 +499,7 @@ __device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const D
   att.max_len = a.max_len, att.span = a.span, att.positions = a.positions, att.inv_freq = a.inv_freq;
   att.q_norm = layer.q_norm, att.k_norm = layer.k_norm, att.eps = a.eps, att.scale = a.scale;
   att.k_cache = layer.k_cache, att.v_cache = layer.v_cache, att.out = a.attn;
-  att.partial = a.partial, att.counters = a.counters;
+  att.partial = a.partial;  // no counters: AttendChunk does not merge here
   return att;
 }
 
@@ -532,7 +525,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   }
   if (threadIdx.x == 0)
     for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q]), BarrierInit(&tile_freed[q]);
-  __syncthreads();  // the last one of the whole block
+  __syncthreads();                // the last one of the whole block
   if (threadIdx.x >= kThreads) {  // the copying warp
     if (threadIdx.x == kThreads) Producer().Run<T>(a, p, c.ring);
     return;
@@ -623,6 +616,20 @@ bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, F&& f) {
   return ok;
 }
 
+// The shape checks that need no plan of shared memory.
+bool ShapeFits(Dtype dtype, const DecodeLayersArgs& a) {
+  static const bool hopper = [] {
+    int device = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    return major >= 9;
+  }();
+  const int64_t pack = dtype == Dtype::kFloat ? 4 : 8;  // elements in 16 bytes
+  return hopper && a.batch >= 1 && a.batch <= kDecodeMaxRows && a.num_layers >= 1 && a.num_layers <= kDecodeMaxLayers &&
+         a.kv_heads > 0 && a.heads % a.kv_heads == 0 && a.heads / a.kv_heads <= kDecodeMaxGroup &&
+         (a.head_dim == 64 || a.head_dim == 128) && a.hidden % pack == 0 && a.mlp % pack == 0;
+}
+
 }  // namespace
 
 int64_t DecodeLayersAttentionChunks(int64_t span, int64_t head_dim) {
@@ -632,43 +639,31 @@ int64_t DecodeLayersAttentionChunks(int64_t span, int64_t head_dim) {
 
 bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
                      int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  static const bool hopper = [] {
-    int device = 0, major = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    return major >= 9;
-  }();
-  const int64_t pack = dtype == Dtype::kFloat ? 4 : 8;  // elements in 16 bytes
-  if (!hopper || batch < 1 || batch > kDecodeMaxRows || layers < 1 || layers > kDecodeMaxLayers ||
-      kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > kDecodeMaxGroup ||
-      (head_dim != 64 && head_dim != 128) || hidden % pack != 0 || mlp % pack != 0)
-    return false;
   DecodeLayersArgs a;
-  a.span = span, a.batch = batch, a.num_layers = layers, a.hidden = hidden, a.mlp = mlp, a.heads = heads, a.kv_heads = kv_heads,
-  a.head_dim = head_dim;
-  return WithPlan(dtype, a, [](auto, const RingPlan&, int64_t) {});
+  a.span = span, a.batch = batch, a.num_layers = layers, a.hidden = hidden, a.mlp = mlp, a.heads = heads,
+  a.kv_heads = kv_heads, a.head_dim = head_dim;
+  return ShapeFits(dtype, a) && WithPlan(dtype, a, [](auto, const RingPlan&, int64_t) {});
 }
 
 int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream) {
   if (args.batch == 0) return 0;
-  if (!DecodeLayersFit(dtype, args.batch, args.span, args.num_layers, args.hidden, args.mlp, args.heads,
-                       args.kv_heads, args.head_dim))
-    return static_cast<int>(cudaErrorInvalidValue);
   cudaError_t error = cudaSuccess;
-  WithPlan(dtype, args, [&](auto kernel, const RingPlan& plan, int64_t bytes) {
-    ConfigureDecodeKernel(reinterpret_cast<const void*>(kernel), bytes);
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
-    attribute[0].val.cooperative = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(MultiprocessorCount()));
-    config.blockDim = dim3(kThreads + 32);
-    config.dynamicSmemBytes = static_cast<size_t>(bytes);
-    config.stream = stream;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    error = cudaLaunchKernelEx(&config, kernel, args, plan);
-  });
+  const bool fits =
+      ShapeFits(dtype, args) && WithPlan(dtype, args, [&](auto kernel, const RingPlan& plan, int64_t bytes) {
+        ConfigureDecodeKernel(reinterpret_cast<const void*>(kernel), bytes);
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
+        attribute[0].val.cooperative = 1;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(static_cast<unsigned>(MultiprocessorCount()));
+        config.blockDim = dim3(kThreads + 32);
+        config.dynamicSmemBytes = static_cast<size_t>(bytes);
+        config.stream = stream;
+        config.attrs = attribute;
+        config.numAttrs = 1;
+        error = cudaLaunchKernelEx(&config, kernel, args, plan);
+      });
+  if (!fits) return static_cast<int>(cudaErrorInvalidValue);
   return static_cast<int>(error != cudaSuccess ? error : cudaGetLastError());
 }
 

@@ -331,13 +331,12 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   at::Tensor attn = at::empty({B, heads * hd}, h.options());
   at::Tensor act = at::empty({B, mlp}, h.options());
   at::Tensor partial = AttentionPartials(B, kv_heads, kernels::DecodeLayersAttentionChunks(span, hd), hd, h.options());
-  at::Tensor counters = at::zeros({B * kv_heads + 1}, h.options().dtype(at::kInt));  // the last: the barrier
+  at::Tensor barrier = at::zeros({1}, h.options().dtype(at::kInt));
   a.qkv = qkv.data_ptr();
   a.attn = attn.data_ptr();
   a.act = act.data_ptr();
   a.partial = partial.data_ptr<float>();
-  a.counters = counters.data_ptr<int>();
-  a.barrier = reinterpret_cast<unsigned*>(counters.data_ptr<int>() + B * kv_heads);
+  a.barrier = reinterpret_cast<unsigned*>(barrier.data_ptr<int>());
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
                     timeline.numel() >= 7 + 10 * a.num_layers,

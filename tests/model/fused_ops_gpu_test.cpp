@@ -143,7 +143,8 @@ TEST(FusedOpsGpuTest, ModelGradientsOnTheGpuEqualTheCpu) {
 }
 
 // Models whose attention fits the fused decode kernels (head_dim 64 or 128):
-// Llama (no biases, group 4), Qwen2 (q/k/v biases, group 7 as Qwen2.5-0.5B),
+// Llama (no biases, group 4), Qwen2 (q/k/v biases, made non-zero by
+// RandomizeBiases; group 7 as Qwen2.5-0.5B),
 // Qwen3 (q/k norms, head_dim 128, untied head).
 std::vector<nlohmann::json> FusedDecodeShapes() {
   nlohmann::json base = {{"vocab_size", 1003},       {"hidden_size", 256},     {"intermediate_size", 344},
@@ -156,6 +157,13 @@ std::vector<nlohmann::json> FusedDecodeShapes() {
   qwen3.update({{"model_type", "qwen3"}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                 {"head_dim", 128}, {"tie_word_embeddings", false}});
   return {llama, qwen2, qwen3};
+}
+
+// A random model's biases start at zero; the decode kernels must add them.
+void RandomizeBiases(const Transformer& model) {
+  at::NoGradGuard no_grad;
+  for (const auto& [name, p] : model.parameters())
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) p.normal_(0, 0.5);
 }
 
 // Three rows at different positions (the first past the 64-key chunk the
@@ -177,6 +185,7 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
                                        config.num_heads, config.num_kv_heads, config.head_dim))
           << what;
       auto model = Transformer::Random(config, {dtype, kGpu, false}, 7);
+      RandomizeBiases(*model);
       const int64_t max_len = 256, span = 128;
       KvCache aten = KvCache::Allocate(config, 4, max_len, dtype, kGpu);
       at::Tensor prompt = at::randint(0, config.vocab_size, {3, 40}, at::TensorOptions().dtype(at::kLong).device(kGpu));
@@ -221,6 +230,7 @@ TEST(FusedOpsGpuTest, FusedDecodeGeneratesTheSameTokens) {
   for (const auto& cfg : FusedDecodeShapes()) {
     ModelConfig config = ParseModelConfig(cfg, "fused").value();
     auto model = Transformer::Random(config, {at::kFloat, kGpu, false}, 11);
+    RandomizeBiases(*model);
     std::vector<GenerationRequest> requests;
     for (int r = 0; r < 4; ++r) {
       GenerationRequest q;
