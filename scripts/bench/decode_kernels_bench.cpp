@@ -139,8 +139,9 @@ int main(int argc, char** argv) {
   // Where a layer's time goes: block 0's clock at the end of each stage's
   // work and of the barrier after it, averaged over runs and layers.
   const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up", "down + residual"};
-  at::Tensor timeline = at::zeros({7 + 10 * num_layers}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+  at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers)}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
   std::vector<double> work(5), wait(5), weights(5);  // weights: waiting for them, within `work`
+  std::vector<double> phases(20);                    // per stage: 4 phases of its work, us a layer
   double mhz = 0;  // block 0's SM clock over the step
   const int timed_runs = plain ? 0 : 20;
   for (int r = 0; r < timed_runs; ++r) {
@@ -157,6 +158,8 @@ int main(int argc, char** argv) {
     mhz += static_cast<double>(ns[end + 2] - ns[end + 1]) / static_cast<double>(ns[end] - ns[0]) * 1e3 / timed_runs;
     const int gemv_stage[4] = {0, 2, 3, 4};  // q/k/v, o, gate/up, down among the five
     for (int s = 0; s < 4; ++s) weights[gemv_stage[s]] += ns[end + 3 + s] / 1e3 / timed_runs / num_layers;
+    const double cycles_per_us = static_cast<double>(ns[end + 2] - ns[end + 1]) / (ns[end] - ns[0]) * 1e3;
+    for (int i = 0; i < 20; ++i) phases[i] += ns[end + 7 + i] / cycles_per_us / timed_runs / num_layers;
   }
   nlohmann::json breakdown = nlohmann::json::array();
   for (int s = 0; s < 5; ++s) {
@@ -164,6 +167,10 @@ int main(int argc, char** argv) {
         {{"stage", stages[s]}, {"work_us", work[s]}, {"weights_wait_us", weights[s]}, {"barrier_us", wait[s]}});
     std::printf("  persistent %-18s work %6.2f us (waiting for weights %5.2f)  barrier %6.2f us (block 0, a layer)\n",
                 stages[s], work[s], weights[s], wait[s]);
+    std::printf("    phases (thread 0) %s %5.2f  %s %5.2f  %s %5.2f  %s %5.2f us\n", s == 1 ? "heads" : "input",
+                phases[4 * s], s == 1 ? "prepare" : "weights", phases[4 * s + 1], s == 1 ? "softmax" : "dots",
+                phases[4 * s + 2], s == 1 ? "partial" : "outputs", phases[4 * s + 3]);
+    breakdown.back()["phases_us"] = {phases[4 * s], phases[4 * s + 1], phases[4 * s + 2], phases[4 * s + 3]};
   }
   std::printf("  persistent SM clock %.0f MHz (block 0)\n", mhz);
   rows.push_back({{"kernel", "persistent"}, {"layers", num_layers}, {"us", persistent}, {"sm_mhz", mhz},

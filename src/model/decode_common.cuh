@@ -50,14 +50,20 @@ __device__ inline Pack<T, V> LoadPackCoherent(const T* p) {
 
 // Matrix `mat` of output row j (SwiGLU: 0 gate, 1 up; otherwise the segment
 // holding j, and mat must be 0): its weight row and bias element.
+// Selects, not an index into a.m: the arguments stay in registers.
 template <typename T, bool kSwiGlu>
 __device__ inline const T* WeightRow(const DecodeGemvArgs& a, int64_t j, int mat, const T** bias) {
-  int seg = mat;
+  DecodeMatrix m = mat == 0 ? a.m[0] : a.m[1];
   if constexpr (!kSwiGlu) {
-    while (seg < 2 && j >= a.m[seg].rows) j -= a.m[seg++].rows;
+    m = a.m[0];
+    if (j >= a.m[0].rows) {
+      j -= a.m[0].rows;
+      m = a.m[1];
+      if (j >= a.m[1].rows) j -= a.m[1].rows, m = a.m[2];
+    }
   }
-  *bias = a.m[seg].bias ? static_cast<const T*>(a.m[seg].bias) + j : nullptr;
-  return static_cast<const T*>(a.m[seg].w) + j * a.k;
+  *bias = m.bias ? static_cast<const T*>(m.bias) + j : nullptr;
+  return static_cast<const T*>(m.w) + j * a.k;
 }
 
 // The attention output of head h (of its group), element d, from the

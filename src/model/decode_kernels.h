@@ -103,10 +103,14 @@ struct DecodeLayersArgs {
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier
   // after it opens; then its SM's clock64 at the start and at the end; then,
-  // per GEMV stage (4), the ns it waited for weights, added up over the
-  // layers (zero before the launch): 7 + 10 * num_layers values.
+  // per GEMV stage (4), the ns it waited for weights; then per stage (5)
+  // the cycles of 4 phases of its work (GEMV: input, waiting for weights,
+  // dot products, outputs; attention: loading the new token's heads,
+  // preparing them, the chunk's softmax, its partial result), these sums
+  // over the layers (zero before the launch): DecodeTimelineSize values.
   unsigned long long* timeline = nullptr;
 };
+constexpr int64_t DecodeTimelineSize(int64_t layers) { return 27 + 10 * layers; }
 // Whether the persistent kernel takes this shape on this GPU (Hopper or
 // later; 16-byte aligned rows; head_dim 64 or 128; up to kDecodeMaxGroup
 // query heads per key head; each GEMV's input and a tile of weight rows fit

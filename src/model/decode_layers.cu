@@ -22,12 +22,9 @@ constexpr int kWarps = kAttentionWarps;  // computing warps; one more copies wei
 constexpr int kThreads = kWarps * 32;
 static_assert(kThreads == kAttentionThreads, "the computing warps share SyncAttentionThreads()");
 constexpr int kTilesInFlight = 16;  // one transaction barrier each
-constexpr int kTileUnits = 64;      // (row, part of k) work units of a tile at most
 constexpr int kStages = 4;          // GEMV stages of a layer
-// Key positions per attention block: kAttentionPasses * kKeysPerPass<HD>.
-// One pass: a block's attention is a chain of dependent instructions, so
-// more blocks with fewer keys each finish sooner.
-constexpr int kAttentionPasses = 1;
+// Key positions per attention block, a lane each.
+constexpr int kChunkKeys = 32;
 enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 
 // What the host decides per launch: the ring's size, the input buffer's,
@@ -35,7 +32,7 @@ enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 // weights (batch * heads * chunks), and the output rows of one tile per
 // stage.
 struct RingPlan {
-  int64_t ring_bytes = 0, x_floats = 0, block_rows = 0, chunk_weights = 0;
+  int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0, chunk_weights = 0;
   int64_t tile_rows[kStages] = {};
 };
 
@@ -44,9 +41,10 @@ struct RingPlan {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ inline uint32_t SharedAddress(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 #endif
-__device__ inline void BarrierInit(uint64_t* bar) {
+// A barrier whose phases complete on `arrivals` arrivals (and the bytes expected).
+__device__ inline void BarrierInit(uint64_t* bar, int arrivals) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SharedAddress(bar)) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SharedAddress(bar)), "r"(arrivals) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
@@ -228,14 +226,15 @@ __device__ inline float SideValue(const DecodeGemvArgs& g, int64_t n, int64_t j0
   return 0.f;
 }
 
-// The stage's input [batch, k] into xs as fp32, with kNorm normalised:
-// RMSNorm(x) * norm_weight; with it (in the same round of loads) the bias
-// and residual elements of this block's output rows [j0, j1) into `side`
-// (bias of matrix m at m * rows + r, residual of row b at (2 + b) * rows +
-// r, rows = j1 - j0). `scratch`: kWarps * kDecodeMaxRows floats.
+// The stage's input [batch, k] into xs as fp32, times the RMSNorm weight
+// with kNorm (the 1 / rms of each batch row scales the outputs instead:
+// each warp's sums of squares go into `squares`, kWarps * kDecodeMaxRows
+// floats); in the same round of loads the bias and residual elements of
+// this block's output rows [j0, j1) into `side` (bias of matrix m at m *
+// rows + r, residual of row b at (2 + b) * rows + r, rows = j1 - j0).
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1, float* xs, float* side,
-                          float* scratch) {
+                          float* squares) {
   constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, U = 4;  // U: packs a thread loads at once
   const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = batch * k / V;
   const int rows = static_cast<int>(j1 - j0), sides = rows * (2 + batch);
@@ -252,8 +251,7 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
     Pack<T, V> v[U], w[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i >= packs) break;
+      const int i = min(i0 + u * kThreads, packs - 1);  // past the end: a duplicate, not stored
       v[u] = LoadPackCoherent<T, V>(x + i * V);
       if constexpr (kNorm) w[u] = *reinterpret_cast<const Pack<T, V>*>(norm + i * V % k);
     }
@@ -284,30 +282,202 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
   for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads)  // rows past two a thread
     side[i] = SideValue<T, kSwiGlu>(g, n, j0, rows, i);
   if constexpr (kNorm) {
-    __shared__ float rstd[R];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r >= batch) break;
       const float total = WarpSum(ss[r]);
-      if (lane == 0) scratch[warp * R + r] = total;
+      if (lane == 0) squares[warp * R + r] = total;
     }
-    SyncAttentionThreads();
-    if (threadIdx.x < batch) {
-      float total = 0;
-      for (int w = 0; w < kWarps; ++w) total += scratch[w * R + threadIdx.x];
-      rstd[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + g.eps);
-    }
-    SyncAttentionThreads();
-    for (int b = 0; b < batch; ++b)
-      for (int d = threadIdx.x; d < k; d += kThreads) xs[b * k + d] *= rstd[b];
   }
   SyncAttentionThreads();
 }
 
+// Profiling: block 0's thread 0 adds the cycles of each phase of a stage's
+// work to slots[phase] (nothing where slots is null).
+struct PhaseClock {
+  unsigned long long* slots = nullptr;
+  long long last = 0;
+  __device__ void Start() {
+    if (slots && threadIdx.x == 0) last = clock64();
+  }
+  __device__ void Lap(int phase) {
+    if (slots && threadIdx.x == 0) {
+      const long long now = clock64();
+      slots[phase] += now - last;
+      last = now;
+    }
+  }
+};
+
+__device__ inline float WarpMax(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
+  return v;
+}
+
+// ---- Attention: a block per (row b, key head g, chunk z of kChunkKeys keys) ----
+//
+// Each warp takes one query head of the group, its lanes one key each: the
+// chunk's keys and values are staged in shared memory as fp32, and a warp's
+// softmax over the chunk needs only warp shuffles. Each (chunk, head) leaves
+// a partial softmax in `partial` (per chunk: kDecodeMaxGroup maxima, as many
+// sums, kDecodeMaxGroup x HD unnormalised outputs), which the o stage merges
+// as it reads its input.
+
+// Shared memory of Attend: the keys (rows padded by 4 floats, so that lanes
+// reading different keys hit different banks), the values, the queries.
+template <int HD>
+constexpr int kAttendFloats = kChunkKeys * (HD + 4) + kChunkKeys * HD + kDecodeMaxGroup * HD;
+
+// Row b's key positions [begin, end) in chunk z, and its new token's
+// position: rows past the span (idle slots) see the span.
+struct KeyRange {
+  int64_t pos, begin, end;
+};
+__device__ inline KeyRange ChunkKeys(const DecodeAttentionArgs& a, int64_t b, int64_t z) {
+  const int64_t pos = a.positions[b], last = pos < a.span ? pos : a.span - 1, begin = z * kChunkKeys;
+  return {pos, begin, min(begin + kChunkKeys, last + 1)};
+}
+
+// The chunk's cached keys and values into L2.
+template <typename T, int HD>
+__device__ void PrefetchKeys(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64_t z) {
+  constexpr int lines = HD * sizeof(T) / 128 > 0 ? HD * sizeof(T) / 128 : 1;
+  const KeyRange r = ChunkKeys(a, b, z);
+  for (int i = threadIdx.x; i < (r.end - r.begin) * lines * 2; i += kThreads) {
+    const int64_t t = r.begin + i / (lines * 2), line = i % lines;
+    const char* cache = static_cast<const char*>((i / lines) % 2 ? a.v_cache : a.k_cache);
+    PrefetchL2(cache + ((b * a.max_len + t) * a.kv_heads + g) * HD * sizeof(T) + line * 128);
+  }
+}
+
+// One head of the new token in a warp, lane l holding elements l + 32 i:
+// Qwen3's RMSNorm (where `norm` is set), then the rotary embedding at `pos`.
+template <typename T, int HD>
+__device__ void PrepareHead(float (&x)[HD / 32], const void* norm, const DecodeAttentionArgs& a, int64_t pos) {
+  constexpr int N = HD / 32;
+  const int lane = threadIdx.x % 32;
+  if (norm) {
+    float w[N], ss = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      w[i] = ToFloat(static_cast<const T*>(norm)[lane + 32 * i]);
+      ss += x[i] * x[i];
+    }
+    const float r = rsqrtf(WarpSum(ss) / HD + a.eps);
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = x[i] * r * w[i];
+  }
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {  // element d pairs with d + HD / 2
+    const float angle = static_cast<float>(pos) * a.inv_freq[lane + 32 * i], c = cosf(angle), s = sinf(angle);
+    const float x0 = x[i], x1 = x[i + N / 2];
+    x[i] = x0 * c - x1 * s;
+    x[i + N / 2] = x1 * c + x0 * s;
+  }
+}
+
+// Row b, key head g, chunk z of `chunks`, by the block. Chunk 0 writes the
+// new key and value into the cache; the chunk holding the new position
+// takes them from the warp that prepared them, so no block waits for
+// another. `scratch`: kAttendFloats<HD> floats of shared memory.
+template <typename T, int HD>
+__device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64_t z, int64_t chunks, float* scratch,
+                       PhaseClock& clock) {
+  constexpr int G = kDecodeMaxGroup, N = HD / 32, KS = HD + 4, P = 16 / sizeof(T);
+  constexpr int packs = kChunkKeys * HD / P, loads = (2 * packs + kThreads - 1) / kThreads;  // of keys and values
+  const int group = static_cast<int>(a.heads / a.kv_heads), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const KeyRange r = ChunkKeys(a, b, z);
+  const int64_t stride = a.kv_heads * HD;  // between positions
+  T* kc = static_cast<T*>(a.k_cache) + (b * a.max_len * a.kv_heads + g) * HD;  // position 0 of slot b, head g
+  T* vc = static_cast<T*>(a.v_cache) + (b * a.max_len * a.kv_heads + g) * HD;
+  float* keys = scratch;
+  float* values = keys + kChunkKeys * KS;
+  float* queries = values + kChunkKeys * HD;
+  // The cached keys and values first: their loads are in flight while the
+  // new token's heads are prepared.
+  Pack<T, P> kv[loads];
+#pragma unroll
+  for (int u = 0; u < loads; ++u) {
+    const int i = threadIdx.x + u * kThreads, j = i % packs / (HD / P), e = i % packs % (HD / P) * P;
+    const int64_t t = r.begin + j;
+    if (i < 2 * packs && t < r.end && t != r.pos)
+      kv[u] = *reinterpret_cast<const Pack<T, P>*>((i < packs ? kc : vc) + t * stride + e);
+    else
+      kv[u] = Pack<T, P>{};
+  }
+  // The new token's heads, a warp each: the group's queries, then the key
+  // and value together.
+  const T* row = static_cast<const T*>(a.qkv) + b * (a.heads + 2 * a.kv_heads) * HD;
+  for (int h = warp; h <= group; h += kWarps) {
+    float x[N], v[N];
+    const T* src = row + (h < group ? g * group + h : a.heads + g) * HD;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      x[i] = LoadCoherent(src + lane + 32 * i);
+      if (h == group) v[i] = LoadCoherent(row + (a.heads + a.kv_heads + g) * HD + lane + 32 * i);
+    }
+    PrepareHead<T, HD>(x, h < group ? a.q_norm : a.k_norm, a, r.pos);
+    if (h < group) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) queries[h * HD + lane + 32 * i] = x[i];
+      continue;
+    }
+    const int64_t at = r.pos - r.begin;  // the new key's row in this chunk, if any
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const T k_t = FromFloat<T>(x[i]), v_t = FromFloat<T>(v[i]);  // as the cache holds them
+      if (z == 0) kc[r.pos * stride + lane + 32 * i] = k_t, vc[r.pos * stride + lane + 32 * i] = v_t;
+      if (at >= 0 && r.pos < r.end) keys[at * KS + lane + 32 * i] = ToFloat(k_t), values[at * HD + lane + 32 * i] = ToFloat(v_t);
+    }
+  }
+  clock.Lap(0);
+#pragma unroll
+  for (int u = 0; u < loads; ++u) {
+    const int i = threadIdx.x + u * kThreads, j = i % packs / (HD / P), e = i % packs % (HD / P) * P;
+    if (i >= 2 * packs || r.begin + j == r.pos) continue;
+    float f[P];
+#pragma unroll
+    for (int x = 0; x < P; ++x) f[x] = ToFloat(kv[u].v[x]);
+    float* dst = i < packs ? keys + j * KS + e : values + j * HD + e;
+#pragma unroll
+    for (int x = 0; x < P; x += 4) *reinterpret_cast<float4*>(dst + x) = *reinterpret_cast<const float4*>(f + x);
+  }
+  SyncAttentionThreads();
+  clock.Lap(1);
+  // A warp per query head: lane j scores key begin + j.
+  const int present = r.end > r.begin ? static_cast<int>(r.end - r.begin) : 0;
+  float* mine = a.partial + ((b * a.kv_heads + g) * chunks + z) * G * (HD + 2);
+  for (int h = warp; h < group; h += kWarps) {
+    const float* q = queries + h * HD;
+    const float* k = keys + lane * KS;
+    float dot[4] = {};
+#pragma unroll
+    for (int d = 0; d < HD; d += 4) {
+      const float4 qv = *reinterpret_cast<const float4*>(q + d), kv4 = *reinterpret_cast<const float4*>(k + d);
+      dot[0] += qv.x * kv4.x, dot[1] += qv.y * kv4.y, dot[2] += qv.z * kv4.z, dot[3] += qv.w * kv4.w;
+    }
+    const float score = lane < present ? (dot[0] + dot[1] + dot[2] + dot[3]) * a.scale : -INFINITY;
+    const float m = WarpMax(score);
+    const float p = lane < present ? expf(score - m) : 0.f, sum = WarpSum(p);
+    float o[N] = {};
+    for (int j = 0; j < present; ++j) {
+      const float pj = __shfl_sync(0xffffffff, p, j);
+      const float* vr = values + j * HD + lane * N;
+#pragma unroll
+      for (int e = 0; e < N; ++e) o[e] += pj * vr[e];
+    }
+    if (lane == 0) mine[h] = m, mine[G + h] = sum;  // sum 0: no key in the chunk
+#pragma unroll
+    for (int e = 0; e < N; ++e) mine[2 * G + h * HD + lane * N + e] = o[e];
+  }
+  clock.Lap(2);
+}
+
 // The o stage's input: the attention output [batch, heads * HD], merged
-// from the chunks' partial softmaxes (AttendChunk without `merge`) and
-// rounded to T as a stored output would be; `side` as LoadInput.
+// from the chunks' partial softmaxes (Attend) and rounded to T as a stored
+// output would be; `side` as LoadInput. `weights`: 2 * batch * heads *
+// chunks floats.
 template <typename T, int HD>
 __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1,
                               int64_t chunks, float* xs, float* side, float* weights) {
@@ -315,26 +485,33 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
   const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
   const int rows = static_cast<int>(j1 - j0), batch = static_cast<int>(a.batch);
   for (int i = threadIdx.x; i < rows * (2 + batch); i += kThreads) side[i] = SideValue<T, false>(g, n, j0, rows, i);
-  // Per (row b, head h): each chunk's weight exp(m_c - M) / S in `weights`.
-  for (int i = threadIdx.x; i < batch * heads; i += kThreads) {
+  // Per (row b, head h), a warp: each chunk's weight exp(m_c - M) / S in
+  // `weights`, its lanes over the chunks (all loads at once).
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pairs = batch * heads;
+  float* sums = weights + pairs * chunks;
+  for (int i = warp; i < pairs; i += kWarps) {
     const int b = i / heads, h = i % heads;
     const float* pm = a.partial + (b * a.kv_heads + h / group) * chunks * G * (HD + 2);
-    // No branch on a loaded value: every chunk's loads are in flight at once.
-    float M = -INFINITY, S = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
+    float M = -INFINITY;
+    for (int64_t c = lane; c < chunks; c += 32) {
       const float cm = __ldcg(pm + c * G * (HD + 2) + h % group), cs = __ldcg(pm + c * G * (HD + 2) + G + h % group);
       weights[i * chunks + c] = cs > 0 ? cm : -INFINITY;
+      sums[i * chunks + c] = cs;
       M = fmaxf(M, cs > 0 ? cm : -INFINITY);
     }
-    for (int64_t c = 0; c < chunks; ++c) {
-      const float cs = __ldcg(pm + c * G * (HD + 2) + G + h % group), f = expf(weights[i * chunks + c] - M);
+    M = WarpMax(M);
+    float S = 0;
+    for (int64_t c = lane; c < chunks; c += 32) {
+      const float f = expf(weights[i * chunks + c] - M);
       weights[i * chunks + c] = f;
-      S += cs * f;
+      S += sums[i * chunks + c] * f;
     }
-    for (int64_t c = 0; c < chunks; ++c) weights[i * chunks + c] /= S;
+    S = WarpSum(S);
+    for (int64_t c = lane; c < chunks; c += 32) weights[i * chunks + c] /= S;
   }
   SyncAttentionThreads();
-  // Outputs: U elements a thread at once, every chunk's loads in flight.
+  // Outputs: U elements a thread, kBatch chunks' loads of each at once.
+  constexpr int kBatch = 8;
   const int total = batch * heads * HD;
   const int64_t chunk_floats = G * (HD + 2);
   for (int i0 = threadIdx.x; i0 < total; i0 += U * kThreads) {
@@ -348,9 +525,18 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
       w[u] = weights + bh * chunks;
     }
     float o[U] = {};
-    for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t c0 = 0; c0 < chunks; c0 += kBatch) {
+      float v[kBatch][U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) o[u] += w[u][c] * __ldcg(src[u] + c * chunk_floats);
+      for (int c = 0; c < kBatch; ++c)
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[c][u] = c0 + c < chunks ? __ldcg(src[u] + (c0 + c) * chunk_floats) : 0.f;
+#pragma unroll
+      for (int c = 0; c < kBatch; ++c)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (c0 + c < chunks) o[u] += w[u][c0 + c] * v[c][u];
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (i0 + u * kThreads < total) xs[i0 + u * kThreads] = ToFloat(FromFloat<T>(o[u]));
@@ -358,80 +544,96 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
   SyncAttentionThreads();
 }
 
-// How many parts of k each of a tile's rows is split into, so that the
-// warps share the tile's work evenly: each part at least 32 packs (a load
-// per lane), at most kTileUnits units in all.
-__device__ inline int Splits(int rows, int packs) {
-  int best = 1;
-  for (int s = 2; s <= kWarps && rows * s <= kTileUnits && packs / s >= 32; s *= 2)
-    if ((rows * s + kWarps - 1) / kWarps * best < (rows * best + kWarps - 1) / kWarps * s) best = s;
-  return best;
+// A tile's work comes in units of kUnitDots (row, matrix) dot products,
+// kUnitDots / M rows, over one part of k, a warp each. Splits: how many
+// parts of k a stage's units take, so that a full tile's units fill the
+// warps, each part at least 32 packs (a load per lane).
+constexpr int kUnitDots = 4;
+__host__ __device__ inline int Splits(int64_t tile_rows, int64_t packs, int M) {
+  const int64_t groups = (tile_rows + kUnitDots / M - 1) / (kUnitDots / M);
+  int s = 1;
+  while (groups * s * 2 <= kWarps && packs / (s * 2) >= 32) s *= 2;
+  return s;
 }
 
-// A tile's dot products: unit u (row u / splits, part u % splits of k) by
-// one warp, its sums per (matrix, batch row) into red.
+// The four sums of each lane, added over the warp: lane 8 i ends with the
+// total of v[i] (five shuffles, not twenty).
+__device__ inline float WarpSumFour(const float (&v)[4]) {
+  const int lane = threadIdx.x % 32;
+  const bool hi = lane & 16, mid = lane & 8;
+  float k0 = hi ? v[2] : v[0], k1 = hi ? v[3] : v[1];  // kept; the other two go to lane ^ 16
+  k0 += __shfl_xor_sync(0xffffffff, hi ? v[0] : v[2], 16);
+  k1 += __shfl_xor_sync(0xffffffff, hi ? v[1] : v[3], 16);
+  float t = mid ? k1 : k0;
+  t += __shfl_xor_sync(0xffffffff, mid ? k0 : k1, 8);
+  for (int offset = 4; offset > 0; offset /= 2) t += __shfl_xor_sync(0xffffffff, t, offset);
+  return t;
+}
+
+// A tile's dot products: its rows are the block's [first, first + rows) of
+// the stage; each unit's sums go to sums[((row * splits + part) * M + m) *
+// kDecodeMaxRows + b], row counted in the block.
 template <typename T, bool kSwiGlu>
-__device__ void TileDots(const DecodeGemvArgs& g, int rows, const T* w, const float* xs, float* red) {
-  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
+__device__ void TileDots(const DecodeGemvArgs& g, int first, int rows, int splits, const T* w, const float* xs,
+                         float* sums) {
+  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1, D = kUnitDots / M;
   const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = k / V;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, splits = Splits(rows, packs);
-  for (int u = warp; u < rows * splits; u += kWarps) {
-    const int row = u / splits, part = u % splits;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, groups = (rows + D - 1) / D;
+  for (int u = warp; u < groups * splits; u += kWarps) {
+    const int r0 = u / splits * D, part = u % splits;
     const int p0 = packs * part / splits, p1 = packs * (part + 1) / splits;
-    const T* wr[M];
+    const T* wr[kUnitDots];  // dot i: row r0 + i / M of matrix i % M (past the tile: its last row, not stored)
 #pragma unroll
-    for (int m = 0; m < M; ++m) wr[m] = w + static_cast<int64_t>(m * rows + row) * k;
-    float acc[M][R] = {};
-    for (int pk = p0 + lane; pk < p1; pk += 32) {
-      Pack<T, V> wp[M];
-#pragma unroll
-      for (int m = 0; m < M; ++m) wp[m] = *reinterpret_cast<const Pack<T, V>*>(wr[m] + pk * V);
-#pragma unroll
-      for (int b = 0; b < R; ++b) {
-        if (b >= batch) break;
+    for (int i = 0; i < kUnitDots; ++i) wr[i] = w + static_cast<int64_t>(i % M * rows + min(r0 + i / M, rows - 1)) * k;
+    for (int b = 0; b < batch; ++b) {
+      float acc[kUnitDots] = {};
+      for (int pk = p0 + lane; pk < p1; pk += 32) {
         float xv[V];
 #pragma unroll
         for (int e = 0; e < V; e += 4)
           *reinterpret_cast<float4*>(xv + e) = *reinterpret_cast<const float4*>(xs + b * k + pk * V + e);
+        Pack<T, V> wp[kUnitDots];
 #pragma unroll
-        for (int m = 0; m < M; ++m)
+        for (int i = 0; i < kUnitDots; ++i) wp[i] = *reinterpret_cast<const Pack<T, V>*>(wr[i] + pk * V);
 #pragma unroll
-          for (int e = 0; e < V; ++e) acc[m][b] += ToFloat(wp[m].v[e]) * xv[e];
+        for (int i = 0; i < kUnitDots; ++i)
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[i] += ToFloat(wp[i].v[e]) * xv[e];
       }
-    }
-#pragma unroll
-    for (int b = 0; b < R; ++b) {
-      if (b >= batch) break;
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const float total = WarpSum(acc[m][b]);
-        if (lane == 0) red[(u * M + m) * R + b] = total;
-      }
+      const float total = WarpSumFour(acc);
+      const int i = lane / 8, row = r0 + i / M;
+      if (lane % 8 == 0 && row < rows) sums[(((first + row) * splits + part) * M + i % M) * R + b] = total;
     }
   }
 }
 
-// A tile's outputs: rows [r0, r0 + rows) of y from the sums in red, with
-// the bias, SwiGLU and the residual from `side` (LoadInput's, for the
-// block's `block_rows` rows from j0).
-template <typename T, bool kSwiGlu>
-__device__ void TileOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int block_rows, int64_t r0, int rows,
-                            const float* red, const float* side) {
-  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
-  const int batch = static_cast<int>(g.batch), splits = Splits(rows, static_cast<int>(g.k) / V);
+// The stage's outputs, this block's rows [j0, j0 + rows) of y: the sums of
+// their parts (TileDots), scaled by 1 / rms with kNorm, with the bias,
+// SwiGLU and the residual from `side` (LoadInput's).
+template <typename T, bool kNorm, bool kSwiGlu>
+__device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int splits, const float* sums,
+                             const float* side, const float* squares) {
+  constexpr int R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
+  const int batch = static_cast<int>(g.batch);
   for (int i = threadIdx.x; i < rows * batch; i += kThreads) {
     const int row = i / batch, b = i % batch;
-    const int64_t j = r0 + row;
+    float scale = 1;
+    if constexpr (kNorm) {
+      float ss = 0;
+      for (int w = 0; w < kWarps; ++w) ss += squares[w * R + b];
+      scale = rsqrtf(ss / static_cast<float>(g.k) + g.eps);
+    }
     float y[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      y[m] = side[m * block_rows + (j - j0)];
-      for (int part = 0; part < splits; ++part) y[m] += red[((row * splits + part) * M + m) * R + b];
+      float dot = 0;
+      for (int part = 0; part < splits; ++part) dot += sums[((row * splits + part) * M + m) * R + b];
+      y[m] = side[m * rows + row] + dot * scale;
     }
     float out = y[0];
     if constexpr (kSwiGlu) out = y[0] / (1.f + expf(-y[0])) * y[1];
-    if (g.residual) out += side[(2 + b) * block_rows + (j - j0)];
-    static_cast<T*>(g.y)[b * n + j] = FromFloat<T>(out);
+    if (g.residual) out += side[(2 + b) * rows + row];
+    static_cast<T*>(g.y)[b * n + j0 + row] = FromFloat<T>(out);
   }
 }
 
@@ -440,7 +642,8 @@ struct Consumer {
   Ring ring;
   int64_t tile = 0;  // the next tile to consume
   float* xs;         // the stage's input
-  float* red;        // two buffers of kTileUnits * 2 * kDecodeMaxRows sums
+  float* red;        // the stage's sums (TileDots)
+  float* squares;    // the stage's input's sums of squares (LoadInput)
   float* side;       // biases and residuals of the stage's rows (LoadInput)
   float* weights;    // the attention chunks' weights (LoadAttention)
 };
@@ -460,20 +663,31 @@ __device__ inline void Mark(const DecodeLayersArgs& a, int64_t index, int64_t cy
   }
 }
 
-// Stage s of layer l: this block's rows, tile by tile as they land. The o
-// stage (HD > 0) reads its input from the attention's partial results.
+// Block 0's phase clock of stage s of the five (timeline, 4 phases each).
+__device__ inline PhaseClock StageClock(const DecodeLayersArgs& a, int s) {
+  PhaseClock clock;
+  if (a.timeline && blockIdx.x == 0) clock.slots = a.timeline + 7 + 10 * a.num_layers + 4 * s;
+  return clock;
+}
+
+// Stage s of layer l: this block's rows, tile by tile as they land; each
+// warp releases a tile once done with it, and the outputs follow the last.
+// The o stage (HD > 0) reads its input from the attention's partial results.
 template <typename T, bool kNorm, bool kSwiGlu, int HD = 0>
 __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t l, Consumer& c,
                           int64_t chunks = 0) {
-  constexpr int R = kDecodeMaxRows;
   int64_t n, j0, j1;
   const DecodeGemvArgs g = StageGemv(a, s, c.ring.layers[l], &n);
   BlockRows(n, &j0, &j1);
   if (j0 >= j1) return;
+  PhaseClock clock = StageClock(a, s == kStageQkv ? 0 : s + 1);
+  clock.Start();
   if constexpr (HD > 0)
     LoadAttention<T, HD>(a, g, n, j0, j1, chunks, c.xs, c.side, c.weights);
   else
-    LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, c.xs, c.side, c.red);
+    LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, c.xs, c.side, c.squares);
+  clock.Lap(0);
+  const int splits = Splits(p.tile_rows[s], g.k * static_cast<int64_t>(sizeof(T)) / 16, kSwiGlu ? 2 : 1);
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
     const int rows = static_cast<int>(min(p.tile_rows[s], j1 - r));
     const int q = static_cast<int>(c.tile % kTilesInFlight);
@@ -481,14 +695,16 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
     const unsigned long long start = timed ? GlobalTimer() : 0;
     BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
     if (timed) a.timeline[3 + 10 * a.num_layers + s] += GlobalTimer() - start;  // waiting for weights
-    // Alternate sum buffers: one barrier a tile keeps this tile's sums from
-    // the previous tile's outputs.
-    float* red = c.red + (c.tile % 2) * kTileUnits * 2 * R;
-    TileDots<T, kSwiGlu>(g, rows, reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), c.xs, red);
-    SyncAttentionThreads();
-    if (threadIdx.x == 0) BarrierArrive(&c.ring.freed[q]);
-    TileOutputs<T, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), r, rows, red, c.side);
+    clock.Lap(1);
+    TileDots<T, kSwiGlu>(g, static_cast<int>(r - j0), rows, splits,
+                         reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), c.xs, c.red);
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
+    clock.Lap(2);
   }
+  SyncAttentionThreads();
+  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares);
+  clock.Lap(3);
 }
 
 // The attention of `layer` as DecodeAttention's arguments.
@@ -499,7 +715,7 @@ __device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const D
   att.max_len = a.max_len, att.span = a.span, att.positions = a.positions, att.inv_freq = a.inv_freq;
   att.q_norm = layer.q_norm, att.k_norm = layer.k_norm, att.eps = a.eps, att.scale = a.scale;
   att.k_cache = layer.k_cache, att.v_cache = layer.v_cache, att.out = a.attn;
-  att.partial = a.partial;  // no counters: AttendChunk does not merge here
+  att.partial = a.partial;
   return att;
 }
 
@@ -509,12 +725,14 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   extern __shared__ __align__(128) unsigned char shared[];
   __shared__ uint64_t tile_done[kTilesInFlight], tile_freed[kTilesInFlight];
   __shared__ int tile_offset[kTilesInFlight];
+  __shared__ float squares[kWarps * kDecodeMaxRows];
   // Shared memory: the ring, the stage inputs, two sum buffers, the side
   // elements, the chunk weights, the layers' descriptors (8-byte aligned).
   Consumer c;
   c.xs = reinterpret_cast<float*>(shared + p.ring_bytes);
   c.red = c.xs + p.x_floats;
-  c.side = c.red + 2 * kTileUnits * 2 * kDecodeMaxRows;
+  c.side = c.red + p.red_floats;
+  c.squares = squares;
   c.weights = c.side + p.block_rows * (2 + kDecodeMaxRows);
   DecodeLayer* layers = reinterpret_cast<DecodeLayer*>(c.weights + p.chunk_weights);
   c.ring = {layers, shared, tile_done, tile_freed, tile_offset};
@@ -524,15 +742,14 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     for (int64_t i = threadIdx.x; i < words; i += blockDim.x) reinterpret_cast<uint64_t*>(layers)[i] = from[i];
   }
   if (threadIdx.x == 0)
-    for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q]), BarrierInit(&tile_freed[q]);
+    for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q], 1), BarrierInit(&tile_freed[q], kWarps);
   __syncthreads();                // the last one of the whole block
   if (threadIdx.x >= kThreads) {  // the copying warp
     if (threadIdx.x == kThreads) Producer().Run<T>(a, p, c.ring);
     return;
   }
   Mark(a, 0, 0);
-  constexpr int64_t C = kAttentionPasses * kKeysPerPass<HD>;
-  const int64_t chunks = (a.span + C - 1) / C, items = a.batch * a.kv_heads * chunks;
+  const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, items = a.batch * a.kv_heads * chunks;
   unsigned arrivals = 0;
   auto barrier = [&](int64_t l, int s, bool wait) {
     Mark(a, 1 + (l * 5 + s) * 2);
@@ -543,13 +760,15 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l]);
     // This block's cached keys and values of the layer, into L2 meanwhile.
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x)
-      PrefetchChunk<T, HD, kAttentionPasses>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks);
+      PrefetchKeys<T, HD>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks);
     GemvStage<T, true, false>(a, p, kStageQkv, l, c);
     barrier(l, 0, true);
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
-      AttendChunk<T, HD, kAttentionPasses>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks, chunks,
-                                           false, c.xs);
+      PhaseClock clock = StageClock(a, 1);
+      clock.Start();
+      Attend<T, HD>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks, chunks, c.xs, clock);
       SyncAttentionThreads();
+      clock.Lap(3);
     }
     barrier(l, 1, true);
     GemvStage<T, false, false, HD>(a, p, kStageOut, l, c, chunks);
@@ -573,24 +792,36 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   const int64_t widest = std::max({a.hidden, a.mlp, a.heads * a.head_dim}), grid = MultiprocessorCount();
-  plan->x_floats = std::max<int64_t>(a.batch * widest, kAttentionScratchFloats<HD>);
+  plan->x_floats = std::max<int64_t>(a.batch * widest, kAttendFloats<HD>);
   plan->block_rows = (std::max({a.mlp, a.hidden, (a.heads + 2 * a.kv_heads) * a.head_dim}) + grid - 1) / grid;
-  const int64_t red_floats = 2 * kTileUnits * 2 * kDecodeMaxRows;
-  plan->chunk_weights = (a.batch * a.heads * DecodeLayersAttentionChunks(a.span, HD) + 1) / 2 * 2;
-  const int64_t rest =
-      (plan->x_floats + red_floats + plan->block_rows * (2 + kDecodeMaxRows) + plan->chunk_weights) * 4 +
-      a.num_layers * static_cast<int64_t>(sizeof(DecodeLayer));
-  plan->ring_bytes = (optin - static_cast<int64_t>(attributes.sharedSizeBytes) - rest - 1024) / 128 * 128;
-  if (plan->ring_bytes < 32 * 1024) return false;
-  const int64_t tile_cap = plan->ring_bytes / 4, elem = sizeof(T);
+  plan->chunk_weights = 2 * a.batch * a.heads * DecodeLayersAttentionChunks(a.span, HD);
+  const int64_t fixed = (plan->x_floats + plan->block_rows * (2 + kDecodeMaxRows) + plan->chunk_weights) * 4 +
+                        a.num_layers * static_cast<int64_t>(sizeof(DecodeLayer));
+  const int64_t elem = sizeof(T);
   const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
-  const int64_t unit[kStages] = {a.hidden * elem, a.heads * a.head_dim * elem, 2 * a.hidden * elem, a.mlp * elem};
-  for (int s = 0; s < kStages; ++s) {
-    if (unit[s] > tile_cap) return false;
-    const int64_t block_rows = (n[s] + grid - 1) / grid;
-    const int64_t tiles = (block_rows * unit[s] + tile_cap - 1) / tile_cap;
-    plan->tile_rows[s] = std::min<int64_t>({(block_rows + tiles - 1) / tiles, kTileUnits, tile_cap / unit[s]});
+  const int64_t k[kStages] = {a.hidden, a.heads * a.head_dim, a.hidden, a.mlp};
+  const int M[kStages] = {1, 1, 2, 1};
+  // The sums take room from the ring, and a smaller ring can ask for more
+  // sums (smaller tiles, more parts of k): a few rounds settle it.
+  plan->red_floats = 0;
+  for (int round = 0;; ++round) {
+    plan->ring_bytes =
+        (optin - static_cast<int64_t>(attributes.sharedSizeBytes) - fixed - plan->red_floats * 4 - 1024) / 128 * 128;
+    if (plan->ring_bytes < 32 * 1024 || round == 4) return false;
+    const int64_t tile_cap = plan->ring_bytes / 4;
+    int64_t red = 0;
+    for (int s = 0; s < kStages; ++s) {
+      const int64_t unit = M[s] * k[s] * elem;  // a row's bytes
+      if (unit > tile_cap) return false;
+      const int64_t block_rows = (n[s] + grid - 1) / grid;
+      const int64_t tiles = (block_rows * unit + tile_cap - 1) / tile_cap;
+      plan->tile_rows[s] = std::min<int64_t>((block_rows + tiles - 1) / tiles, tile_cap / unit);
+      red = std::max(red, block_rows * Splits(plan->tile_rows[s], k[s] * elem / 16, M[s]) * M[s] * kDecodeMaxRows);
+    }
+    if (red <= plan->red_floats) break;
+    plan->red_floats = red;
   }
+  const int64_t rest = fixed + plan->red_floats * 4;
   *dynamic_bytes = plan->ring_bytes + rest;
   return true;
 }
@@ -633,8 +864,7 @@ bool ShapeFits(Dtype dtype, const DecodeLayersArgs& a) {
 }  // namespace
 
 int64_t DecodeLayersAttentionChunks(int64_t span, int64_t head_dim) {
-  const int64_t keys = kAttentionPasses * (head_dim == 64 ? kKeysPerPass<64> : kKeysPerPass<128>);
-  return std::max<int64_t>(1, (span + keys - 1) / keys);
+  return std::max<int64_t>(1, (span + kChunkKeys - 1) / kChunkKeys);
 }
 
 bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
