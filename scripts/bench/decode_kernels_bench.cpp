@@ -156,11 +156,10 @@ int main(int argc, char** argv) {
     }
     const int64_t end = 10 * num_layers;
     mhz += static_cast<double>(ns[end + 2] - ns[end + 1]) / static_cast<double>(ns[end] - ns[0]) * 1e3 / timed_runs;
-    const int gemv_stage[4] = {0, 2, 3, 4};  // q/k/v, o, gate/up, down among the five
-    for (int s = 0; s < 4; ++s) weights[gemv_stage[s]] += ns[end + 3 + s] / 1e3 / timed_runs / num_layers;
     const double cycles_per_us = static_cast<double>(ns[end + 2] - ns[end + 1]) / (ns[end] - ns[0]) * 1e3;
-    for (int i = 0; i < 20; ++i) phases[i] += ns[end + 7 + i] / cycles_per_us / timed_runs / num_layers;
+    for (int i = 0; i < 20; ++i) phases[i] += ns[end + 3 + i] / cycles_per_us / timed_runs / num_layers;
   }
+  for (int s : {0, 2, 3, 4}) weights[s] = phases[4 * s + 1];  // the GEMV stages' second phase
   nlohmann::json breakdown = nlohmann::json::array();
   for (int s = 0; s < 5; ++s) {
     breakdown.push_back(
@@ -168,8 +167,8 @@ int main(int argc, char** argv) {
     std::printf("  persistent %-18s work %6.2f us (waiting for weights %5.2f)  barrier %6.2f us (block 0, a layer)\n",
                 stages[s], work[s], weights[s], wait[s]);
     std::printf("    phases (thread 0) %s %5.2f  %s %5.2f  %s %5.2f  %s %5.2f us\n", s == 1 ? "heads" : "input",
-                phases[4 * s], s == 1 ? "prepare" : "weights", phases[4 * s + 1], s == 1 ? "softmax" : "dots",
-                phases[4 * s + 2], s == 1 ? "partial" : "outputs", phases[4 * s + 3]);
+                phases[4 * s], s == 1 ? "keys" : "weights", phases[4 * s + 1], s == 1 ? "softmax" : "dots",
+                phases[4 * s + 2], s == 1 ? "barrier" : "outputs", phases[4 * s + 3]);
     breakdown.back()["phases_us"] = {phases[4 * s], phases[4 * s + 1], phases[4 * s + 2], phases[4 * s + 3]};
   }
   std::printf("  persistent SM clock %.0f MHz (block 0)\n", mhz);

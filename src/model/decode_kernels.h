@@ -102,15 +102,15 @@ struct DecodeLayersArgs {
   unsigned* barrier = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier
-  // after it opens; then its SM's clock64 at the start and at the end; then,
-  // per GEMV stage (4), the ns it waited for weights; then per stage (5)
-  // the cycles of 4 phases of its work (GEMV: input, waiting for weights,
-  // dot products, outputs; attention: loading the new token's heads,
-  // preparing them, the chunk's softmax, its partial result), these sums
-  // over the layers (zero before the launch): DecodeTimelineSize values.
+  // after it opens; then its SM's clock64 at the start and at the end; then
+  // per stage (5) the cycles of 4 phases of its thread 0's work, summed over
+  // the layers (zero before the launch). GEMV: input, waiting for weights,
+  // dot products, outputs; attention: the new token's heads, the chunk's
+  // keys and values in shared memory, the softmax, the barrier after it.
+  // DecodeTimelineSize values.
   unsigned long long* timeline = nullptr;
 };
-constexpr int64_t DecodeTimelineSize(int64_t layers) { return 27 + 10 * layers; }
+constexpr int64_t DecodeTimelineSize(int64_t layers) { return 23 + 10 * layers; }
 // Whether the persistent kernel takes this shape on this GPU (Hopper or
 // later; 16-byte aligned rows; head_dim 64 or 128; up to kDecodeMaxGroup
 // query heads per key head; each GEMV's input and a tile of weight rows fit

@@ -28,11 +28,10 @@ constexpr int kChunkKeys = 32;
 enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 
 // What the host decides per launch: the ring's size, the input buffer's,
-// the most output rows a block has in a stage, the attention chunks'
-// weights (batch * heads * chunks), and the output rows of one tile per
-// stage.
+// the stage sums' (TileDots), the most output rows a block has in a stage,
+// and the output rows of one tile per stage.
 struct RingPlan {
-  int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0, chunk_weights = 0;
+  int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0;
   int64_t tile_rows[kStages] = {};
 };
 
@@ -226,6 +225,18 @@ __device__ inline float SideValue(const DecodeGemvArgs& g, int64_t n, int64_t j0
   return 0.f;
 }
 
+// Where element i of a stage's input [batch, k] lies in shared memory: with
+// 8-element packs (bf16, fp16), the first four floats of each pack in the
+// row's first half and the other four in its second, so that lanes reading
+// consecutive packs four floats at a time hit different banks. i % 4 == 0
+// for a float4.
+template <int V>
+__device__ inline int InputIndex(int i, int k) {
+  if constexpr (V == 4) return i;
+  const int row = i / k, e = i % k;
+  return row * k + e % 8 / 4 * (k / 2) + e / 8 * 4 + e % 4;
+}
+
 // The stage's input [batch, k] into xs as fp32, times the RMSNorm weight
 // with kNorm (the 1 / rms of each batch row scales the outputs instead:
 // each warp's sums of squares go into `squares`, kWarps * kDecodeMaxRows
@@ -267,7 +278,8 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
         if constexpr (kNorm) f[e] *= ToFloat(w[u].v[e]);
       }
 #pragma unroll
-      for (int e = 0; e < V; e += 4) *reinterpret_cast<float4*>(xs + i * V + e) = *reinterpret_cast<float4*>(f + e);
+      for (int e = 0; e < V; e += 4)
+        *reinterpret_cast<float4*>(xs + InputIndex<V>(i * V + e, k)) = *reinterpret_cast<float4*>(f + e);
       if constexpr (kNorm) {
         const int b = i * V / k;
 #pragma unroll
@@ -352,25 +364,23 @@ __device__ void PrefetchKeys(const DecodeAttentionArgs& a, int64_t b, int64_t g,
 }
 
 // One head of the new token in a warp, lane l holding elements l + 32 i:
-// Qwen3's RMSNorm (where `norm` is set), then the rotary embedding at `pos`.
-template <typename T, int HD>
-__device__ void PrepareHead(float (&x)[HD / 32], const void* norm, const DecodeAttentionArgs& a, int64_t pos) {
+// Qwen3's RMSNorm (with `norm`, weights w), then the rotary embedding at
+// `pos` (freq: the lane's inverse frequencies).
+template <int HD>
+__device__ void PrepareHead(float (&x)[HD / 32], bool norm, const float (&w)[HD / 32], const float (&freq)[HD / 64],
+                            float eps, int64_t pos) {
   constexpr int N = HD / 32;
-  const int lane = threadIdx.x % 32;
   if (norm) {
-    float w[N], ss = 0;
+    float ss = 0;
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      w[i] = ToFloat(static_cast<const T*>(norm)[lane + 32 * i]);
-      ss += x[i] * x[i];
-    }
-    const float r = rsqrtf(WarpSum(ss) / HD + a.eps);
+    for (int i = 0; i < N; ++i) ss += x[i] * x[i];
+    const float r = rsqrtf(WarpSum(ss) / HD + eps);
 #pragma unroll
     for (int i = 0; i < N; ++i) x[i] = x[i] * r * w[i];
   }
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) {  // element d pairs with d + HD / 2
-    const float angle = static_cast<float>(pos) * a.inv_freq[lane + 32 * i], c = cosf(angle), s = sinf(angle);
+    const float angle = static_cast<float>(pos) * freq[i], c = cosf(angle), s = sinf(angle);
     const float x0 = x[i], x1 = x[i + N / 2];
     x[i] = x0 * c - x1 * s;
     x[i + N / 2] = x1 * c + x0 * s;
@@ -409,6 +419,13 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
   // The new token's heads, a warp each: the group's queries, then the key
   // and value together.
   const T* row = static_cast<const T*>(a.qkv) + b * (a.heads + 2 * a.kv_heads) * HD;
+  float freq[N / 2], qn[N], kn[N];  // loaded with the heads, not after them
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (i < N / 2) freq[i] = a.inv_freq[lane + 32 * i];
+    qn[i] = a.q_norm ? ToFloat(static_cast<const T*>(a.q_norm)[lane + 32 * i]) : 0.f;
+    kn[i] = a.k_norm ? ToFloat(static_cast<const T*>(a.k_norm)[lane + 32 * i]) : 0.f;
+  }
   for (int h = warp; h <= group; h += kWarps) {
     float x[N], v[N];
     const T* src = row + (h < group ? g * group + h : a.heads + g) * HD;
@@ -417,7 +434,7 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
       x[i] = LoadCoherent(src + lane + 32 * i);
       if (h == group) v[i] = LoadCoherent(row + (a.heads + a.kv_heads + g) * HD + lane + 32 * i);
     }
-    PrepareHead<T, HD>(x, h < group ? a.q_norm : a.k_norm, a, r.pos);
+    PrepareHead<HD>(x, a.q_norm != nullptr, h < group ? qn : kn, freq, a.eps, r.pos);
     if (h < group) {
 #pragma unroll
       for (int i = 0; i < N; ++i) queries[h * HD + lane + 32 * i] = x[i];
@@ -461,7 +478,8 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
     const float m = WarpMax(score);
     const float p = lane < present ? expf(score - m) : 0.f, sum = WarpSum(p);
     float o[N] = {};
-    for (int j = 0; j < present; ++j) {
+#pragma unroll
+    for (int j = 0; j < kChunkKeys; ++j) {  // past `present`: p 0, values 0
       const float pj = __shfl_sync(0xffffffff, p, j);
       const float* vr = values + j * HD + lane * N;
 #pragma unroll
@@ -474,73 +492,62 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
   clock.Lap(2);
 }
 
+constexpr int kMergeChunks = 16;
+
 // The o stage's input: the attention output [batch, heads * HD], merged
 // from the chunks' partial softmaxes (Attend) and rounded to T as a stored
-// output would be; `side` as LoadInput. `weights`: 2 * batch * heads *
-// chunks floats.
+// output would be; `side` as LoadInput. A thread per 4 elements of a head
+// merges kMergeChunks chunks at once: their loads all in flight together.
 template <typename T, int HD>
 __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1,
-                              int64_t chunks, float* xs, float* side, float* weights) {
-  constexpr int G = kDecodeMaxGroup, U = 4;
+                              int64_t chunks, float* xs, float* side) {
+  constexpr int G = kDecodeMaxGroup, E = 4, C = kMergeChunks;
   const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
-  const int rows = static_cast<int>(j1 - j0), batch = static_cast<int>(a.batch);
-  for (int i = threadIdx.x; i < rows * (2 + batch); i += kThreads) side[i] = SideValue<T, false>(g, n, j0, rows, i);
-  // Per (row b, head h), a warp: each chunk's weight exp(m_c - M) / S in
-  // `weights`, its lanes over the chunks (all loads at once).
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pairs = batch * heads;
-  float* sums = weights + pairs * chunks;
-  for (int i = warp; i < pairs; i += kWarps) {
-    const int b = i / heads, h = i % heads;
-    const float* pm = a.partial + (b * a.kv_heads + h / group) * chunks * G * (HD + 2);
-    float M = -INFINITY;
-    for (int64_t c = lane; c < chunks; c += 32) {
-      const float cm = __ldcg(pm + c * G * (HD + 2) + h % group), cs = __ldcg(pm + c * G * (HD + 2) + G + h % group);
-      weights[i * chunks + c] = cs > 0 ? cm : -INFINITY;
-      sums[i * chunks + c] = cs;
-      M = fmaxf(M, cs > 0 ? cm : -INFINITY);
-    }
-    M = WarpMax(M);
-    float S = 0;
-    for (int64_t c = lane; c < chunks; c += 32) {
-      const float f = expf(weights[i * chunks + c] - M);
-      weights[i * chunks + c] = f;
-      S += sums[i * chunks + c] * f;
-    }
-    S = WarpSum(S);
-    for (int64_t c = lane; c < chunks; c += 32) weights[i * chunks + c] /= S;
-  }
-  SyncAttentionThreads();
-  // Outputs: U elements a thread, kBatch chunks' loads of each at once.
-  constexpr int kBatch = 8;
-  const int total = batch * heads * HD;
+  const int rows = static_cast<int>(j1 - j0), batch = static_cast<int>(a.batch), sides = rows * (2 + batch);
   const int64_t chunk_floats = G * (HD + 2);
-  for (int i0 = threadIdx.x; i0 < total; i0 += U * kThreads) {
-    const float* src[U];
-    const float* w[U];
+  float side_v[2] = {};
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = min(i0 + u * kThreads, total - 1);  // past the end: a duplicate, not written
-      const int bh = i / HD, h = bh % heads, b = bh / heads;
-      src[u] = a.partial + (b * a.kv_heads + h / group) * chunks * chunk_floats + 2 * G + (h % group) * HD + i % HD;
-      w[u] = weights + bh * chunks;
+  for (int u = 0; u < 2; ++u)
+    if (threadIdx.x + u * kThreads < sides) side_v[u] = SideValue<T, false>(g, n, j0, rows, threadIdx.x + u * kThreads);
+  for (int i = threadIdx.x; i < batch * heads * HD / E; i += kThreads) {
+    const int bh = i / (HD / E), h = bh % heads, b = bh / heads, d = i % (HD / E) * E;
+    const float* pm = a.partial + (b * a.kv_heads + h / group) * chunks * chunk_floats + h % group;
+    const float* po = pm - h % group + 2 * G + (h % group) * HD + d;
+    float M = -INFINITY, S = 0, O[E] = {};
+    for (int64_t c0 = 0; c0 < chunks; c0 += C) {
+      float cm[C], cs[C];
+      float4 co[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const bool in = c0 + c < chunks;
+        cm[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats) : -INFINITY;
+        cs[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats + G) : 0.f;
+        co[c] = in ? __ldcg(reinterpret_cast<const float4*>(po + (c0 + c) * chunk_floats)) : float4{};
+      }
+      float M2 = M;
+#pragma unroll
+      for (int c = 0; c < C; ++c) M2 = cs[c] > 0 ? fmaxf(M2, cm[c]) : M2;  // sum 0: a chunk without keys
+      const float f = M == -INFINITY ? 0.f : expf(M - M2);
+      S *= f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) O[e] *= f;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const float w = cs[c] > 0 ? expf(cm[c] - M2) : 0.f;
+        S += cs[c] * w;
+        O[0] += co[c].x * w, O[1] += co[c].y * w, O[2] += co[c].z * w, O[3] += co[c].w * w;
+      }
+      M = M2;
     }
-    float o[U] = {};
-    for (int64_t c0 = 0; c0 < chunks; c0 += kBatch) {
-      float v[kBatch][U];
-#pragma unroll
-      for (int c = 0; c < kBatch; ++c)
-#pragma unroll
-        for (int u = 0; u < U; ++u) v[c][u] = c0 + c < chunks ? __ldcg(src[u] + (c0 + c) * chunk_floats) : 0.f;
-#pragma unroll
-      for (int c = 0; c < kBatch; ++c)
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (c0 + c < chunks) o[u] += w[u][c0 + c] * v[c][u];
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (i0 + u * kThreads < total) xs[i0 + u * kThreads] = ToFloat(FromFloat<T>(o[u]));
+    float4 out;
+    out.x = ToFloat(FromFloat<T>(O[0] / S)), out.y = ToFloat(FromFloat<T>(O[1] / S));
+    out.z = ToFloat(FromFloat<T>(O[2] / S)), out.w = ToFloat(FromFloat<T>(O[3] / S));
+    *reinterpret_cast<float4*>(xs + InputIndex<16 / sizeof(T)>(bh * HD + d, heads * HD)) = out;
   }
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+    if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = side_v[u];
+  for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) side[i] = SideValue<T, false>(g, n, j0, rows, i);
   SyncAttentionThreads();
 }
 
@@ -587,11 +594,12 @@ __device__ void TileDots(const DecodeGemvArgs& g, int first, int rows, int split
     for (int i = 0; i < kUnitDots; ++i) wr[i] = w + static_cast<int64_t>(i % M * rows + min(r0 + i / M, rows - 1)) * k;
     for (int b = 0; b < batch; ++b) {
       float acc[kUnitDots] = {};
+#pragma unroll 2
       for (int pk = p0 + lane; pk < p1; pk += 32) {
         float xv[V];
 #pragma unroll
-        for (int e = 0; e < V; e += 4)
-          *reinterpret_cast<float4*>(xv + e) = *reinterpret_cast<const float4*>(xs + b * k + pk * V + e);
+        for (int e = 0; e < V; e += 4)  // InputIndex
+          *reinterpret_cast<float4*>(xv + e) = *reinterpret_cast<const float4*>(xs + b * k + e / 4 * (k / 2) + pk * 4);
         Pack<T, V> wp[kUnitDots];
 #pragma unroll
         for (int i = 0; i < kUnitDots; ++i) wp[i] = *reinterpret_cast<const Pack<T, V>*>(wr[i] + pk * V);
@@ -645,7 +653,6 @@ struct Consumer {
   float* red;        // the stage's sums (TileDots)
   float* squares;    // the stage's input's sums of squares (LoadInput)
   float* side;       // biases and residuals of the stage's rows (LoadInput)
-  float* weights;    // the attention chunks' weights (LoadAttention)
 };
 
 __device__ inline unsigned long long GlobalTimer() {
@@ -666,7 +673,7 @@ __device__ inline void Mark(const DecodeLayersArgs& a, int64_t index, int64_t cy
 // Block 0's phase clock of stage s of the five (timeline, 4 phases each).
 __device__ inline PhaseClock StageClock(const DecodeLayersArgs& a, int s) {
   PhaseClock clock;
-  if (a.timeline && blockIdx.x == 0) clock.slots = a.timeline + 7 + 10 * a.num_layers + 4 * s;
+  if (a.timeline && blockIdx.x == 0) clock.slots = a.timeline + 3 + 10 * a.num_layers + 4 * s;
   return clock;
 }
 
@@ -683,7 +690,7 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   PhaseClock clock = StageClock(a, s == kStageQkv ? 0 : s + 1);
   clock.Start();
   if constexpr (HD > 0)
-    LoadAttention<T, HD>(a, g, n, j0, j1, chunks, c.xs, c.side, c.weights);
+    LoadAttention<T, HD>(a, g, n, j0, j1, chunks, c.xs, c.side);
   else
     LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, c.xs, c.side, c.squares);
   clock.Lap(0);
@@ -691,10 +698,7 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
     const int rows = static_cast<int>(min(p.tile_rows[s], j1 - r));
     const int q = static_cast<int>(c.tile % kTilesInFlight);
-    const bool timed = a.timeline && blockIdx.x == 0 && threadIdx.x == 0;
-    const unsigned long long start = timed ? GlobalTimer() : 0;
     BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
-    if (timed) a.timeline[3 + 10 * a.num_layers + s] += GlobalTimer() - start;  // waiting for weights
     clock.Lap(1);
     TileDots<T, kSwiGlu>(g, static_cast<int>(r - j0), rows, splits,
                          reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), c.xs, c.red);
@@ -705,6 +709,25 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   SyncAttentionThreads();
   StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares);
   clock.Lap(3);
+}
+
+// What a layer's stages read besides weights, activations and the cache
+// into L2 ahead of them: its RMSNorm weights and this block's q/k/v bias
+// elements.
+template <typename T>
+__device__ void PrefetchLayer(const DecodeLayersArgs& a, const DecodeLayer& layer) {
+  const int64_t lines = (a.hidden * static_cast<int64_t>(sizeof(T)) + 127) / 128;
+  for (int64_t i = threadIdx.x; i < 2 * lines; i += kThreads)
+    PrefetchL2(static_cast<const char*>(i < lines ? layer.input_norm : layer.post_norm) + i % lines * 128);
+  DecodeGemvArgs g;
+  g.m[0] = layer.q, g.m[1] = layer.k, g.m[2] = layer.v;
+  int64_t j0, j1;
+  BlockRows(layer.q.rows + layer.k.rows + layer.v.rows, &j0, &j1);
+  if (threadIdx.x < 2 && j0 < j1) {
+    const T* bias;
+    WeightRow<T, false>(g, threadIdx.x ? j1 - 1 : j0, 0, &bias);
+    if (bias) PrefetchL2(bias);
+  }
 }
 
 // The attention of `layer` as DecodeAttention's arguments.
@@ -726,15 +749,15 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   __shared__ uint64_t tile_done[kTilesInFlight], tile_freed[kTilesInFlight];
   __shared__ int tile_offset[kTilesInFlight];
   __shared__ float squares[kWarps * kDecodeMaxRows];
-  // Shared memory: the ring, the stage inputs, two sum buffers, the side
-  // elements, the chunk weights, the layers' descriptors (8-byte aligned).
+  // Shared memory: the ring, the stage inputs (or the attention's work
+  // space), the stage sums, the side elements, the layers' descriptors
+  // (8-byte aligned).
   Consumer c;
   c.xs = reinterpret_cast<float*>(shared + p.ring_bytes);
   c.red = c.xs + p.x_floats;
   c.side = c.red + p.red_floats;
   c.squares = squares;
-  c.weights = c.side + p.block_rows * (2 + kDecodeMaxRows);
-  DecodeLayer* layers = reinterpret_cast<DecodeLayer*>(c.weights + p.chunk_weights);
+  DecodeLayer* layers = reinterpret_cast<DecodeLayer*>(c.side + p.block_rows * (2 + kDecodeMaxRows));
   c.ring = {layers, shared, tile_done, tile_freed, tile_offset};
   {
     const int64_t words = a.num_layers * sizeof(DecodeLayer) / 8;
@@ -756,7 +779,9 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     if (wait) GridBarrier(a.barrier, ++arrivals * gridDim.x);
     Mark(a, 2 + (l * 5 + s) * 2, l + 1 == a.num_layers && s == 4 ? 1 : -1);
   };
+  PrefetchLayer<T>(a, layers[0]);
   for (int64_t l = 0; l < a.num_layers; ++l) {
+    if (l + 1 < a.num_layers) PrefetchLayer<T>(a, layers[l + 1]);
     const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l]);
     // This block's cached keys and values of the layer, into L2 meanwhile.
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x)
@@ -781,8 +806,9 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
 }
 
 // The launch's shared memory: the stage inputs (or the attention's work
-// space), two sum buffers, and a ring of what is left, whose tiles are at
-// most a quarter of it so that several are in flight. False where a tile of
+// space), the stage sums, and a ring of what is left, whose tiles are at
+// most a quarter of it so that several are in flight (smaller tiles leave
+// warps without rows: an eighth was slower). False where a tile of
 // one output row would not fit.
 template <typename T, int HD>
 bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes) {
@@ -794,8 +820,7 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   const int64_t widest = std::max({a.hidden, a.mlp, a.heads * a.head_dim}), grid = MultiprocessorCount();
   plan->x_floats = std::max<int64_t>(a.batch * widest, kAttendFloats<HD>);
   plan->block_rows = (std::max({a.mlp, a.hidden, (a.heads + 2 * a.kv_heads) * a.head_dim}) + grid - 1) / grid;
-  plan->chunk_weights = 2 * a.batch * a.heads * DecodeLayersAttentionChunks(a.span, HD);
-  const int64_t fixed = (plan->x_floats + plan->block_rows * (2 + kDecodeMaxRows) + plan->chunk_weights) * 4 +
+  const int64_t fixed = (plan->x_floats + plan->block_rows * (2 + kDecodeMaxRows)) * 4 +
                         a.num_layers * static_cast<int64_t>(sizeof(DecodeLayer));
   const int64_t elem = sizeof(T);
   const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
