@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers)}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
   std::vector<double> work(5), wait(5), weights(5);  // weights: waiting for them, within `work`
   std::vector<double> phases(20);                    // per stage: 4 phases of its work, us a layer
+  std::vector<double> ring_full(5);                  // the copies of a stage's tiles waiting for room, us a layer
   double mhz = 0;  // block 0's SM clock over the step
   const int timed_runs = plain ? 0 : 20;
   for (int r = 0; r < timed_runs; ++r) {
@@ -158,6 +159,9 @@ int main(int argc, char** argv) {
     mhz += static_cast<double>(ns[end + 2] - ns[end + 1]) / static_cast<double>(ns[end] - ns[0]) * 1e3 / timed_runs;
     const double cycles_per_us = static_cast<double>(ns[end + 2] - ns[end + 1]) / (ns[end] - ns[0]) * 1e3;
     for (int i = 0; i < 20; ++i) phases[i] += ns[end + 3 + i] / cycles_per_us / timed_runs / num_layers;
+    const int gemv_stage[4] = {0, 2, 3, 4};  // q/k/v, o, gate/up, down among the five
+    for (int i = 0; i < 4; ++i)
+      ring_full[gemv_stage[i]] += ns[end + 23 + i] / cycles_per_us / timed_runs / num_layers;
   }
   for (int s : {0, 2, 3, 4}) weights[s] = phases[4 * s + 1];  // the GEMV stages' second phase
   nlohmann::json breakdown = nlohmann::json::array();
@@ -170,6 +174,10 @@ int main(int argc, char** argv) {
                 phases[4 * s], s == 1 ? "keys" : "weights", phases[4 * s + 1], s == 1 ? "softmax" : "dots",
                 phases[4 * s + 2], s == 1 ? "barrier" : "outputs", phases[4 * s + 3]);
     breakdown.back()["phases_us"] = {phases[4 * s], phases[4 * s + 1], phases[4 * s + 2], phases[4 * s + 3]};
+    if (s != 1) {
+      std::printf("    its weight copies waited %5.2f us for room in the ring\n", ring_full[s]);
+      breakdown.back()["ring_full_us"] = ring_full[s];
+    }
   }
   std::printf("  persistent SM clock %.0f MHz (block 0)\n", mhz);
   rows.push_back({{"kernel", "persistent"}, {"layers", num_layers}, {"us", persistent}, {"sm_mhz", mhz},

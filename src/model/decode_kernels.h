@@ -107,10 +107,11 @@ struct DecodeLayersArgs {
   // the layers (zero before the launch). GEMV: input, waiting for weights,
   // dot products, outputs; attention: the new token's heads, the chunk's
   // keys and values in shared memory, the softmax, the barrier after it.
-  // DecodeTimelineSize values.
+  // Then per GEMV stage (4) the cycles its copying warp waited for room in
+  // the ring before issuing that stage's tiles. DecodeTimelineSize values.
   unsigned long long* timeline = nullptr;
 };
-constexpr int64_t DecodeTimelineSize(int64_t layers) { return 23 + 10 * layers; }
+constexpr int64_t DecodeTimelineSize(int64_t layers) { return 27 + 10 * layers; }
 // Whether the persistent kernel takes this shape on this GPU (Hopper or
 // later; 16-byte aligned rows; head_dim 64 or 128; up to kDecodeMaxGroup
 // query heads per key head; each GEMV's input and a tile of weight rows fit

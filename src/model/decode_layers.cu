@@ -202,7 +202,10 @@ struct Producer {
       Issue<T>(a, p, ring);
       if (layer >= a.num_layers) return;  // all issued; the copies complete on their own
       const int q = static_cast<int>(consumed % kTilesInFlight);
+      const bool timed = a.timeline && blockIdx.x == 0;
+      const long long start = timed ? clock64() : 0;
       BarrierWait(&ring.freed[q], static_cast<uint32_t>(consumed / kTilesInFlight) & 1);
+      if (timed) a.timeline[23 + 10 * a.num_layers + stage] += clock64() - start;  // the ring full
       tail = end[q];
       ++consumed;
     }

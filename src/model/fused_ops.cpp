@@ -344,7 +344,7 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
                     timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers),
-                "PersistentDecode: timeline must be a contiguous int64 CUDA tensor of 23 + 10 * layers values");
+                "PersistentDecode: timeline must be a contiguous int64 CUDA tensor of 27 + 10 * layers values");
     a.timeline = reinterpret_cast<unsigned long long*>(timeline.data_ptr<int64_t>());
   }
   Check(kernels::DecodeLayers(KernelDtype(h), a, Stream(h)), "persistent decode");

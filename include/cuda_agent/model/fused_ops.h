@@ -65,15 +65,16 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
 // < span). `timeline`, when defined (int64 CUDA
 // [PersistentDecodeTimelineSize(layers)], zeros), receives one block's clock
 // (ns) at the start and at the end of each stage's work and of the grid
-// barrier after it, its SM's cycle count at the start and the end, and per
-// stage the cycles of the phases of its work: a profile of the step
+// barrier after it, its SM's cycle count at the start and the end, per
+// stage the cycles of the phases of its work, and per GEMV stage the cycles
+// its weight copies waited for room: a profile of the step
 // (kernels::DecodeLayersArgs::timeline).
 struct DecodeLayerWeights {
   at::Tensor input_norm, post_norm, q_norm, k_norm;  // q_norm/k_norm: Qwen3 only
   LinearWeights q, k, v, o, gate, up, down;
   at::Tensor k_cache, v_cache;  // [slots, max_len, kv_heads, head_dim]
 };
-constexpr int64_t PersistentDecodeTimelineSize(int64_t layers) { return 23 + 10 * layers; }
+constexpr int64_t PersistentDecodeTimelineSize(int64_t layers) { return 27 + 10 * layers; }
 bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden,
                           int64_t mlp, int64_t heads, int64_t kv_heads, int64_t head_dim);
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
