@@ -8,7 +8,15 @@
 // barriers, stages and layers, and DRAM keeps streaming while the grid
 // waits. Each tile's landing and its release by the computing warps are
 // transaction barriers (mbarriers). Inputs are read once per stage into shared
-// memory as fp32 (normalised where the stage starts with an RMSNorm).
+// memory as fp32; the warps take a tile's dot products four at a time, with
+// no block barrier until the stage's outputs. The attention splits the keys
+// into chunks of 32, a block per chunk and a warp per query head; the o
+// stage merges the chunks as it reads its input.
+//
+// At batch 1 the kernel is bound by latency, not bandwidth: each stage's
+// input is a round trip through L2 after a grid barrier, and only 8
+// computing warps per SM hide it. `timeline` (decode_kernels.h) shows where
+// each stage's time goes.
 #include "decode_kernels.h"
 
 #include <algorithm>
