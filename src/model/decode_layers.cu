@@ -416,7 +416,8 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
   float* values = keys + kChunkKeys * KS;
   float* queries = values + kChunkKeys * HD;
   // The cached keys and values first: their loads are in flight while the
-  // new token's heads are prepared.
+  // new token's heads are prepared. Rows past the chunk's keys are zeros
+  // (their softmax weight is 0, and 0 times a stale value could be NaN).
   Pack<T, P> kv[loads];
 #pragma unroll
   for (int u = 0; u < loads; ++u) {
@@ -456,14 +457,15 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
     for (int i = 0; i < N; ++i) {
       const T k_t = FromFloat<T>(x[i]), v_t = FromFloat<T>(v[i]);  // as the cache holds them
       if (z == 0) kc[r.pos * stride + lane + 32 * i] = k_t, vc[r.pos * stride + lane + 32 * i] = v_t;
-      if (at >= 0 && r.pos < r.end) keys[at * KS + lane + 32 * i] = ToFloat(k_t), values[at * HD + lane + 32 * i] = ToFloat(v_t);
+      if (at >= 0 && r.pos < r.end)
+        keys[at * KS + lane + 32 * i] = ToFloat(k_t), values[at * HD + lane + 32 * i] = ToFloat(v_t);
     }
   }
   clock.Lap(0);
 #pragma unroll
   for (int u = 0; u < loads; ++u) {
     const int i = threadIdx.x + u * kThreads, j = i % packs / (HD / P), e = i % packs % (HD / P) * P;
-    if (i >= 2 * packs || r.begin + j == r.pos) continue;
+    if (i >= 2 * packs || (r.begin + j == r.pos && r.pos < r.end)) continue;  // the new key's row: its warp's
     float f[P];
 #pragma unroll
     for (int x = 0; x < P; ++x) f[x] = ToFloat(kv[u].v[x]);
