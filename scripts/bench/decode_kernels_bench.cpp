@@ -139,10 +139,11 @@ int main(int argc, char** argv) {
   // Where a layer's time goes: block 0's clock at the end of each stage's
   // work and of the barrier after it, averaged over runs and layers.
   const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up", "down + residual"};
-  at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers)}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
-  std::vector<double> work(5), wait(5), weights(5);  // weights: waiting for them, within `work`
-  std::vector<double> phases(20);                    // per stage: 4 phases of its work, us a layer
-  std::vector<double> ring_full(5);                  // the copies of a stage's tiles waiting for room, us a layer
+  at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers)},
+                                  at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+  std::vector<double> work(5), wait(5);
+  std::vector<double> phases(20);    // per stage: 4 phases of its work, us a layer
+  std::vector<double> ring_full(5);  // the copies of a stage's tiles waiting for room, us a layer
   double mhz = 0;  // block 0's SM clock over the step
   const int timed_runs = plain ? 0 : 20;
   for (int r = 0; r < timed_runs; ++r) {
@@ -156,20 +157,18 @@ int main(int argc, char** argv) {
       wait[i % 5] += (ns[2 + 2 * i] - ns[1 + 2 * i]) / 1e3 / timed_runs / num_layers;
     }
     const int64_t end = 10 * num_layers;
-    mhz += static_cast<double>(ns[end + 2] - ns[end + 1]) / static_cast<double>(ns[end] - ns[0]) * 1e3 / timed_runs;
     const double cycles_per_us = static_cast<double>(ns[end + 2] - ns[end + 1]) / (ns[end] - ns[0]) * 1e3;
+    mhz += cycles_per_us / timed_runs;
     for (int i = 0; i < 20; ++i) phases[i] += ns[end + 3 + i] / cycles_per_us / timed_runs / num_layers;
     const int gemv_stage[4] = {0, 2, 3, 4};  // q/k/v, o, gate/up, down among the five
     for (int i = 0; i < 4; ++i)
       ring_full[gemv_stage[i]] += ns[end + 23 + i] / cycles_per_us / timed_runs / num_layers;
   }
-  for (int s : {0, 2, 3, 4}) weights[s] = phases[4 * s + 1];  // the GEMV stages' second phase
   nlohmann::json breakdown = nlohmann::json::array();
   for (int s = 0; s < 5; ++s) {
-    breakdown.push_back(
-        {{"stage", stages[s]}, {"work_us", work[s]}, {"weights_wait_us", weights[s]}, {"barrier_us", wait[s]}});
-    std::printf("  persistent %-18s work %6.2f us (waiting for weights %5.2f)  barrier %6.2f us (block 0, a layer)\n",
-                stages[s], work[s], weights[s], wait[s]);
+    breakdown.push_back({{"stage", stages[s]}, {"work_us", work[s]}, {"barrier_us", wait[s]}});
+    std::printf("  persistent %-18s work %6.2f us  barrier %6.2f us (block 0, a layer)\n", stages[s], work[s],
+                wait[s]);
     std::printf("    phases (thread 0) %s %5.2f  %s %5.2f  %s %5.2f  %s %5.2f us\n", s == 1 ? "heads" : "input",
                 phases[4 * s], s == 1 ? "keys" : "weights", phases[4 * s + 1], s == 1 ? "softmax" : "dots",
                 phases[4 * s + 2], s == 1 ? "barrier" : "outputs", phases[4 * s + 3]);

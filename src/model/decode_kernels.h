@@ -92,11 +92,11 @@ struct DecodeLayersArgs {
   const int64_t* positions = nullptr;
   const float* inv_freq = nullptr;
   void* h = nullptr;
-  // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], attn [batch,
-  // heads * head_dim], act [batch, mlp]; partial as for DecodeAttention, over
-  // DecodeLayersAttentionChunks(span, head_dim) chunks; barrier: one zero.
+  // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], act [batch,
+  // mlp]; partial as for DecodeAttention, over
+  // DecodeLayersAttentionChunks(span, head_dim) chunks (the o stage merges
+  // them as it reads them); barrier: one zero.
   void* qkv = nullptr;
-  void* attn = nullptr;
   void* act = nullptr;
   float* partial = nullptr;
   unsigned* barrier = nullptr;

@@ -121,7 +121,7 @@ __device__ inline DecodeGemvArgs StageGemv(const DecodeLayersArgs& a, int s, con
     g.m[0] = layer.q, g.m[1] = layer.k, g.m[2] = layer.v;
     *n = layer.q.rows + layer.k.rows + layer.v.rows;
   } else if (s == kStageOut) {
-    g.x = a.attn, g.k = a.heads * a.head_dim, g.m[0] = layer.o, g.residual = a.h, g.y = a.h;
+    g.k = a.heads * a.head_dim, g.m[0] = layer.o, g.residual = a.h, g.y = a.h;  // x: LoadAttention
     *n = a.hidden;
   } else if (s == kStageGateUp) {
     g.x = a.h, g.k = a.hidden, g.norm_weight = layer.post_norm, g.swiglu = true, g.y = a.act;
@@ -236,16 +236,34 @@ __device__ inline float SideValue(const DecodeGemvArgs& g, int64_t n, int64_t j0
   return 0.f;
 }
 
-// Where element i of a stage's input [batch, k] lies in shared memory: with
-// 8-element packs (bf16, fp16), the first four floats of each pack in the
-// row's first half and the other four in its second, so that lanes reading
-// consecutive packs four floats at a time hit different banks. i % 4 == 0
-// for a float4.
+// The side elements of a stage's rows (SideValue), loaded in the same round
+// as its input and stored after it: two a thread at first, any more once
+// stored.
+template <typename T, bool kSwiGlu>
+struct SideElements {
+  float v[2] = {};
+  __device__ void Load(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int sides) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (threadIdx.x + u * kThreads < sides) v[u] = SideValue<T, kSwiGlu>(g, n, j0, rows, threadIdx.x + u * kThreads);
+  }
+  __device__ void Store(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int sides, float* side) const {
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = v[u];
+    for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) side[i] = SideValue<T, kSwiGlu>(g, n, j0, rows, i);
+  }
+};
+
+// Where element e (e % 4 == 0: a float4) of batch row b of a stage's input
+// [batch, k] lies in shared memory: with 8-element packs (bf16, fp16), the
+// first four floats of each pack in the row's first half and the other four
+// in its second, so that lanes reading consecutive packs four floats at a
+// time hit different banks.
 template <int V>
-__device__ inline int InputIndex(int i, int k) {
-  if constexpr (V == 4) return i;
-  const int row = i / k, e = i % k;
-  return row * k + e % 8 / 4 * (k / 2) + e / 8 * 4 + e % 4;
+__device__ inline int InputIndex(int b, int e, int k) {
+  if constexpr (V == 4) return b * k + e;
+  return b * k + e % 8 / 4 * (k / 2) + e / 8 * 4;
 }
 
 // The stage's input [batch, k] into xs as fp32, times the RMSNorm weight
@@ -262,12 +280,8 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
   const int rows = static_cast<int>(j1 - j0), sides = rows * (2 + batch);
   const T* x = static_cast<const T*>(g.x);
   const T* norm = static_cast<const T*>(g.norm_weight);
-  // The side elements first, at most two a thread in this round.
-  float side_v[2] = {};
-#pragma unroll
-  for (int u = 0; u < 2; ++u)
-    if (threadIdx.x + u * kThreads < sides)
-      side_v[u] = SideValue<T, kSwiGlu>(g, n, j0, rows, threadIdx.x + u * kThreads);
+  SideElements<T, kSwiGlu> side_elements;
+  side_elements.Load(g, n, j0, rows, sides);
   float ss[R] = {};
   for (int i0 = threadIdx.x; i0 < packs; i0 += U * kThreads) {
     Pack<T, V> v[U], w[U];
@@ -288,22 +302,18 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
         s += f[e] * f[e];
         if constexpr (kNorm) f[e] *= ToFloat(w[u].v[e]);
       }
+      const int b = i * V / k;
 #pragma unroll
       for (int e = 0; e < V; e += 4)
-        *reinterpret_cast<float4*>(xs + InputIndex<V>(i * V + e, k)) = *reinterpret_cast<float4*>(f + e);
+        *reinterpret_cast<float4*>(xs + InputIndex<V>(b, i * V % k + e, k)) = *reinterpret_cast<float4*>(f + e);
       if constexpr (kNorm) {
-        const int b = i * V / k;
 #pragma unroll
         for (int r = 0; r < R; ++r)
           if (r == b) ss[r] += s;
       }
     }
   }
-#pragma unroll
-  for (int u = 0; u < 2; ++u)
-    if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = side_v[u];
-  for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads)  // rows past two a thread
-    side[i] = SideValue<T, kSwiGlu>(g, n, j0, rows, i);
+  side_elements.Store(g, n, j0, rows, sides, side);
   if constexpr (kNorm) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
@@ -518,10 +528,8 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
   const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
   const int rows = static_cast<int>(j1 - j0), batch = static_cast<int>(a.batch), sides = rows * (2 + batch);
   const int64_t chunk_floats = G * (HD + 2);
-  float side_v[2] = {};
-#pragma unroll
-  for (int u = 0; u < 2; ++u)
-    if (threadIdx.x + u * kThreads < sides) side_v[u] = SideValue<T, false>(g, n, j0, rows, threadIdx.x + u * kThreads);
+  SideElements<T, false> side_elements;
+  side_elements.Load(g, n, j0, rows, sides);
   for (int i = threadIdx.x; i < batch * heads * HD / E; i += kThreads) {
     const int bh = i / (HD / E), h = bh % heads, b = bh / heads, d = i % (HD / E) * E;
     const float* pm = a.partial + (b * a.kv_heads + h / group) * chunks * chunk_floats + h % group;
@@ -555,12 +563,9 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
     float4 out;
     out.x = ToFloat(FromFloat<T>(O[0] / S)), out.y = ToFloat(FromFloat<T>(O[1] / S));
     out.z = ToFloat(FromFloat<T>(O[2] / S)), out.w = ToFloat(FromFloat<T>(O[3] / S));
-    *reinterpret_cast<float4*>(xs + InputIndex<16 / sizeof(T)>(bh * HD + d, heads * HD)) = out;
+    *reinterpret_cast<float4*>(xs + InputIndex<16 / sizeof(T)>(b, h * HD + d, heads * HD)) = out;
   }
-#pragma unroll
-  for (int u = 0; u < 2; ++u)
-    if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = side_v[u];
-  for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) side[i] = SideValue<T, false>(g, n, j0, rows, i);
+  side_elements.Store(g, n, j0, rows, sides, side);
   SyncAttentionThreads();
 }
 
@@ -611,8 +616,8 @@ __device__ void TileDots(const DecodeGemvArgs& g, int first, int rows, int split
       for (int pk = p0 + lane; pk < p1; pk += 32) {
         float xv[V];
 #pragma unroll
-        for (int e = 0; e < V; e += 4)  // InputIndex
-          *reinterpret_cast<float4*>(xv + e) = *reinterpret_cast<const float4*>(xs + b * k + e / 4 * (k / 2) + pk * 4);
+        for (int e = 0; e < V; e += 4)
+          *reinterpret_cast<float4*>(xv + e) = *reinterpret_cast<const float4*>(xs + InputIndex<V>(b, pk * V + e, k));
         Pack<T, V> wp[kUnitDots];
 #pragma unroll
         for (int i = 0; i < kUnitDots; ++i) wp[i] = *reinterpret_cast<const Pack<T, V>*>(wr[i] + pk * V);
@@ -732,10 +737,9 @@ __device__ void PrefetchLayer(const DecodeLayersArgs& a, const DecodeLayer& laye
   const int64_t lines = (a.hidden * static_cast<int64_t>(sizeof(T)) + 127) / 128;
   for (int64_t i = threadIdx.x; i < 2 * lines; i += kThreads)
     PrefetchL2(static_cast<const char*>(i < lines ? layer.input_norm : layer.post_norm) + i % lines * 128);
-  DecodeGemvArgs g;
-  g.m[0] = layer.q, g.m[1] = layer.k, g.m[2] = layer.v;
-  int64_t j0, j1;
-  BlockRows(layer.q.rows + layer.k.rows + layer.v.rows, &j0, &j1);
+  int64_t n, j0, j1;
+  const DecodeGemvArgs g = StageGemv(a, kStageQkv, layer, &n);
+  BlockRows(n, &j0, &j1);
   if (threadIdx.x < 2 && j0 < j1) {
     const T* bias;
     WeightRow<T, false>(g, threadIdx.x ? j1 - 1 : j0, 0, &bias);
@@ -750,7 +754,7 @@ __device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const D
   att.qkv = a.qkv, att.batch = a.batch, att.heads = a.heads, att.kv_heads = a.kv_heads, att.head_dim = HD;
   att.max_len = a.max_len, att.span = a.span, att.positions = a.positions, att.inv_freq = a.inv_freq;
   att.q_norm = layer.q_norm, att.k_norm = layer.k_norm, att.eps = a.eps, att.scale = a.scale;
-  att.k_cache = layer.k_cache, att.v_cache = layer.v_cache, att.out = a.attn;
+  att.k_cache = layer.k_cache, att.v_cache = layer.v_cache;
   att.partial = a.partial;
   return att;
 }

@@ -206,10 +206,8 @@ void Generator::SampleAndAppend(const at::Tensor& logits_in, const std::vector<i
     any_sampled |= p.temperature > 0;
   }
 
-  // Logprobs as logit - logsumexp: reductions over many blocks, where a
-  // log_softmax of a single row runs in one block (34 us for a 152K vocab
-  // on an H200, longer than the rest of sampling).
   at::Tensor tokens = logits.argmax(-1);
+  // log softmax at the chosen token, without writing the whole [B, V] log softmax.
   at::Tensor logprobs = logits.gather(1, tokens.unsqueeze(1)).squeeze(1) - at::logsumexp(logits, {-1});
   const bool filtered = std::any_of(top_ks.begin(), top_ks.end(), [&](int64_t k) { return k < logits.size(1); }) ||
                         std::any_of(top_ps.begin(), top_ps.end(), [](double p) { return p < 1.0; });
@@ -217,7 +215,7 @@ void Generator::SampleAndAppend(const at::Tensor& logits_in, const std::vector<i
     // Plain softmax sampling needs no sort: argmax of p / Exp(1) noise picks
     // index i with probability p_i.
     at::Tensor scaled = logits / at::tensor(temps, at::kDouble).to(options).unsqueeze(1);
-    at::Tensor log_p = scaled - at::logsumexp(scaled, {-1}, /*keepdim=*/true);
+    at::Tensor log_p = at::log_softmax(scaled, -1);
     at::Tensor noise = at::empty_like(log_p).exponential_(1.0, rng_);
     at::Tensor sampled = (log_p - noise.log()).argmax(-1);
     at::Tensor greedy_mask = at::tensor(greedy, at::kByte).to(logits.device()).to(at::kBool);
