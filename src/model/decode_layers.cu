@@ -251,7 +251,8 @@ struct SideElements {
 #pragma unroll
     for (int u = 0; u < 2; ++u)
       if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = v[u];
-    for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) side[i] = SideValue<T, kSwiGlu>(g, n, j0, rows, i);
+    for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads)
+      side[i] = SideValue<T, kSwiGlu>(g, n, j0, rows, i);
   }
 };
 
