@@ -204,19 +204,22 @@ struct Producer {
 
   // Copies every layer's tiles, waiting for the computing warps to release
   // the oldest whenever the ring is full.
+  // `ring_full`: block 0's cycles waiting for room per stage, in shared
+  // memory (null: not profiled), added to the timeline at the end.
   template <typename T>
-  __device__ void Run(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring) {
+  __device__ void Run(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring, unsigned long long* ring_full) {
     for (;;) {
       Issue<T>(a, p, ring);
-      if (layer >= a.num_layers) return;  // all issued; the copies complete on their own
+      if (layer >= a.num_layers) break;  // all issued; the copies complete on their own
       const int q = static_cast<int>(consumed % kTilesInFlight);
-      const bool timed = a.timeline && blockIdx.x == 0;
-      const long long start = timed ? clock64() : 0;
+      const long long start = ring_full ? clock64() : 0;
       BarrierWait(&ring.freed[q], static_cast<uint32_t>(consumed / kTilesInFlight) & 1);
-      if (timed) a.timeline[23 + 10 * a.num_layers + stage] += clock64() - start;  // the ring full
+      if (ring_full) ring_full[stage] += clock64() - start;
       tail = end[q];
       ++consumed;
     }
+    if (ring_full)
+      for (int s = 0; s < kStages; ++s) a.timeline[23 + 10 * a.num_layers + s] = ring_full[s];
   }
 };
 
@@ -328,7 +331,8 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
 }
 
 // Profiling: block 0's thread 0 adds the cycles of each phase of a stage's
-// work to slots[phase] (nothing where slots is null).
+// work to slots[phase], in shared memory so that the clock costs no global
+// round trip (nothing where slots is null).
 struct PhaseClock {
   unsigned long long* slots = nullptr;
   long long last = 0;
@@ -672,6 +676,7 @@ struct Consumer {
   float* red;        // the stage's sums (TileDots)
   float* squares;    // the stage's input's sums of squares (LoadInput)
   float* side;       // biases and residuals of the stage's rows (LoadInput)
+  unsigned long long* profile;  // BlockProfile
 };
 
 __device__ inline unsigned long long GlobalTimer() {
@@ -689,10 +694,18 @@ __device__ inline void Mark(const DecodeLayersArgs& a, int64_t index, int64_t cy
   }
 }
 
-// Block 0's phase clock of stage s of the five (timeline, 4 phases each).
-__device__ inline PhaseClock StageClock(const DecodeLayersArgs& a, int s) {
+// Block 0's profile in shared memory: 4 phases of each of the 5 stages, then
+// the cycles the copies of each GEMV stage waited for room in the ring;
+// copied into the timeline at the end.
+constexpr int kPhaseSlots = 5 * 4, kProfileSlots = kPhaseSlots + kStages;
+__device__ inline unsigned long long* BlockProfile(const DecodeLayersArgs& a, unsigned long long* shared_profile) {
+  return a.timeline && blockIdx.x == 0 ? shared_profile : nullptr;
+}
+
+// Block 0's phase clock of stage s of the five.
+__device__ inline PhaseClock StageClock(unsigned long long* profile, int s) {
   PhaseClock clock;
-  if (a.timeline && blockIdx.x == 0) clock.slots = a.timeline + 3 + 10 * a.num_layers + 4 * s;
+  if (profile) clock.slots = profile + 4 * s;
   return clock;
 }
 
@@ -706,7 +719,7 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   const DecodeGemvArgs g = StageGemv(a, s, c.ring.layers[l], &n);
   BlockRows(n, &j0, &j1);
   if (j0 >= j1) return;
-  PhaseClock clock = StageClock(a, s == kStageQkv ? 0 : s + 1);
+  PhaseClock clock = StageClock(c.profile, s == kStageQkv ? 0 : s + 1);
   clock.Start();
   if constexpr (HD > 0)
     LoadAttention<T, HD>(a, g, n, j0, j1, chunks, c.xs, c.side);
@@ -767,6 +780,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   __shared__ uint64_t tile_done[kTilesInFlight], tile_freed[kTilesInFlight];
   __shared__ int tile_offset[kTilesInFlight];
   __shared__ float squares[kWarps * kDecodeMaxRows];
+  __shared__ unsigned long long profile[kProfileSlots];
   // Shared memory: the ring, the stage inputs (or the attention's work
   // space), the stage sums, the side elements, the layers' descriptors
   // (8-byte aligned).
@@ -775,6 +789,8 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   c.red = c.xs + p.x_floats;
   c.side = c.red + p.red_floats;
   c.squares = squares;
+  c.profile = BlockProfile(a, profile);
+  if (threadIdx.x < kProfileSlots) profile[threadIdx.x] = 0;
   DecodeLayer* layers = reinterpret_cast<DecodeLayer*>(c.side + p.block_rows * (2 + kDecodeMaxRows));
   c.ring = {layers, shared, tile_done, tile_freed, tile_offset};
   {
@@ -786,7 +802,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q], 1), BarrierInit(&tile_freed[q], kWarps);
   __syncthreads();                // the last one of the whole block
   if (threadIdx.x >= kThreads) {  // the copying warp
-    if (threadIdx.x == kThreads) Producer().Run<T>(a, p, c.ring);
+    if (threadIdx.x == kThreads) Producer().Run<T>(a, p, c.ring, c.profile ? c.profile + kPhaseSlots : nullptr);
     return;
   }
   Mark(a, 0, 0);
@@ -807,7 +823,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     GemvStage<T, true, false>(a, p, kStageQkv, l, c);
     barrier(l, 0, true);
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
-      PhaseClock clock = StageClock(a, 1);
+      PhaseClock clock = StageClock(c.profile, 1);
       clock.Start();
       Attend<T, HD>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks, chunks, c.xs, clock);
       SyncAttentionThreads();
@@ -821,6 +837,8 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     GemvStage<T, false, false>(a, p, kStageDown, l, c);
     barrier(l, 4, l + 1 < a.num_layers);
   }
+  if (c.profile && threadIdx.x == 0)
+    for (int i = 0; i < kPhaseSlots; ++i) a.timeline[3 + 10 * a.num_layers + i] = c.profile[i];
 }
 
 // The launch's shared memory: the stage inputs (or the attention's work

@@ -34,4 +34,19 @@ int SwiGluForward(Dtype dtype, const void* gate, const void* up, int64_t n, void
 int SwiGluBackward(Dtype dtype, const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
                    void* grad_up, cudaStream_t stream);
 
+// A token per row of logits [rows, vocab] (contiguous, rows <= 65535): with
+// temperature t = temperature[row] (uniform_temperature where temperature is
+// null) 0, the argmax (the first of ties) and its log softmax(z); with t > 0,
+// a draw from softmax(z / t) and its log-probability under it, the noise
+// from (seed, offset) (SampleTokens in sample_kernels.cu). out [2, rows]
+// fp32: the token ids, then the logprobs. `work`: SampleTokensWorkFloats
+// floats; `counters`: rows int32 zeros, left zero.
+int64_t SampleTokensSplits(int64_t rows, int64_t vocab);
+inline int64_t SampleTokensWorkFloats(int64_t rows, int64_t vocab) {
+  return rows * SampleTokensSplits(rows, vocab) * 5;
+}
+int SampleTokens(Dtype dtype, const void* logits, int64_t rows, int64_t vocab, const float* temperature,
+                 float uniform_temperature, uint64_t seed, uint64_t offset, float* work, int* counters, float* out,
+                 cudaStream_t stream);
+
 }  // namespace cuda_agent::model::kernels

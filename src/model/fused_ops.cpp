@@ -2,9 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -348,6 +351,45 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   Check(kernels::DecodeLayers(KernelDtype(h), a, Stream(h)), "persistent decode");
 #else
   TORCH_CHECK(false, "PersistentDecode: built without the fused CUDA kernels");
+#endif
+}
+
+at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator) {
+  TORCH_CHECK(logits.dim() == 2 && static_cast<int64_t>(temperatures.size()) == logits.size(0),
+              "SampleTokens: logits [rows, vocab] and a temperature per row, got ", logits.sizes(), " and ",
+              temperatures.size());
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  TORCH_CHECK(Fusable(logits), "SampleTokens: logits must be float32, bfloat16 or float16 on CUDA");
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  TORCH_CHECK(rows <= 65535 && vocab < (int64_t{1} << 24), "SampleTokens: at most 65535 rows of 2^24 tokens, got ",
+              logits.sizes());
+  at::Tensor z = logits.contiguous();
+  auto on = z.options();
+  at::Tensor out = at::empty({2, rows}, on.dtype(at::kFloat));
+  if (rows == 0) return out;
+  // One temperature for all rows (the usual case) goes by value, not by copy.
+  const bool uniform = std::all_of(temperatures.begin(), temperatures.end(),
+                                   [&](double t) { return t == temperatures[0]; });
+  at::Tensor per_row;
+  if (!uniform)
+    per_row = at::tensor(std::vector<float>(temperatures.begin(), temperatures.end()), at::kFloat).to(z.device());
+  std::pair<uint64_t, uint64_t> seed_offset;
+  {
+    auto* gen = at::check_generator<at::CUDAGeneratorImpl>(generator);
+    std::lock_guard<std::mutex> lock(gen->mutex_);
+    seed_offset = gen->philox_engine_inputs(4);  // each call a new Philox offset
+  }
+  at::Tensor work = at::empty({kernels::SampleTokensWorkFloats(rows, vocab)}, on.dtype(at::kFloat));
+  at::Tensor counters = at::zeros({rows}, on.dtype(at::kInt));
+  Check(kernels::SampleTokens(KernelDtype(z), z.data_ptr(), rows, vocab,
+                              per_row.defined() ? per_row.data_ptr<float>() : nullptr,
+                              static_cast<float>(temperatures[0]), seed_offset.first, seed_offset.second,
+                              work.data_ptr<float>(), counters.data_ptr<int>(), out.data_ptr<float>(), Stream(z)),
+        "sample tokens");
+  return out;
+#else
+  (void)generator;
+  TORCH_CHECK(false, "SampleTokens: built without the fused CUDA kernels");
 #endif
 }
 

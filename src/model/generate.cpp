@@ -8,6 +8,8 @@
 
 #include <map>
 
+#include "cuda_agent/model/fused_ops.h"
+
 #ifdef CUDA_AGENT_WITH_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -188,29 +190,23 @@ void Generator::Admit(std::vector<GenerationResult>* finished) {
   }
 }
 
-void Generator::SampleAndAppend(const at::Tensor& logits_in, const std::vector<int64_t>& slot_ids,
-                                std::vector<GenerationResult>* finished) {
-  const int64_t B = static_cast<int64_t>(slot_ids.size());
+at::Tensor Generator::SampleWithAten(const at::Tensor& logits_in, std::vector<double> temps,
+                                     const std::vector<double>& top_ps, const std::vector<int64_t>& top_ks,
+                                     bool filtered) {
+  const int64_t B = logits_in.size(0);
   at::Tensor logits = logits_in.to(at::kFloat);
   auto options = logits.options();
-  std::vector<double> temps(B), top_ps(B);
-  std::vector<int64_t> top_ks(B);
   std::vector<uint8_t> greedy(B);
   bool any_sampled = false;
   for (int64_t b = 0; b < B; ++b) {
-    const SamplingParams& p = slots_[slot_ids[b]]->request.sampling;
-    temps[b] = p.temperature > 0 ? p.temperature : 1.0;
-    top_ps[b] = p.top_p;
-    top_ks[b] = p.top_k > 0 ? p.top_k : logits.size(1);
-    greedy[b] = p.temperature > 0 ? 0 : 1;
-    any_sampled |= p.temperature > 0;
+    greedy[b] = temps[b] > 0 ? 0 : 1;
+    any_sampled |= temps[b] > 0;
+    if (temps[b] == 0) temps[b] = 1.0;
   }
 
   at::Tensor tokens = logits.argmax(-1);
   // log softmax at the chosen token, without writing the whole [B, V] log softmax.
   at::Tensor logprobs = logits.gather(1, tokens.unsqueeze(1)).squeeze(1) - at::logsumexp(logits, {-1});
-  const bool filtered = std::any_of(top_ks.begin(), top_ks.end(), [&](int64_t k) { return k < logits.size(1); }) ||
-                        std::any_of(top_ps.begin(), top_ps.end(), [](double p) { return p < 1.0; });
   if (any_sampled && !filtered) {
     // Plain softmax sampling needs no sort: argmax of p / Exp(1) noise picks
     // index i with probability p_i.
@@ -241,9 +237,28 @@ void Generator::SampleAndAppend(const at::Tensor& logits_in, const std::vector<i
     tokens = at::where(greedy_mask, tokens, sampled);
     logprobs = at::where(greedy_mask, logprobs, sampled_logprob);
   }
-  // One transfer: token ids (exact in float32 below 2^24) beside their logprobs.
-  TORCH_CHECK(logits.size(1) <= (int64_t{1} << 24), "vocabularies past 2^24 tokens are not supported");
-  at::Tensor host = at::stack({tokens.to(at::kFloat), logprobs}).to(at::kCPU);
+  return at::stack({tokens.to(at::kFloat), logprobs});
+}
+
+void Generator::SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
+                                std::vector<GenerationResult>* finished) {
+  const int64_t B = static_cast<int64_t>(slot_ids.size()), V = logits.size(1);
+  TORCH_CHECK(V <= (int64_t{1} << 24), "vocabularies past 2^24 tokens are not supported");
+  std::vector<double> temps(B), top_ps(B);  // temperature 0: greedy
+  std::vector<int64_t> top_ks(B);
+  for (int64_t b = 0; b < B; ++b) {
+    const SamplingParams& p = slots_[slot_ids[b]]->request.sampling;
+    temps[b] = std::max(p.temperature, 0.0);
+    top_ps[b] = p.top_p;
+    top_ks[b] = p.top_k > 0 ? p.top_k : V;
+  }
+  const bool filtered = std::any_of(top_ks.begin(), top_ks.end(), [&](int64_t k) { return k < V; }) ||
+                        std::any_of(top_ps.begin(), top_ps.end(), [](double p) { return p < 1.0; });
+  // [2, B]: token ids (exact in float32 below 2^24), then their logprobs; one transfer.
+  at::Tensor picks = logits.is_cuda() && HaveFusedKernels() && !filtered
+                         ? SampleTokens(logits, temps, rng_)
+                         : SampleWithAten(logits, temps, top_ps, top_ks, filtered);
+  at::Tensor host = picks.to(at::kCPU);
   const float* tok = host.data_ptr<float>();
   const float* lp = tok + B;
   for (int64_t b = 0; b < B; ++b) {

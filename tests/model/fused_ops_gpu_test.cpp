@@ -3,8 +3,11 @@
 // and a whole model's parameter gradients on the GPU against the CPU.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -171,6 +174,61 @@ void RandomizeBiases(const Transformer& model) {
 // span shorter than the cache: the fused and the persistent step's logits and
 // the keys and values they write equal the ATen step's, in fp32 and bf16.
 const char* Name(DecodeKernels kernels) { return kernels == DecodeKernels::kFused ? "fused" : "persistent"; }
+
+TEST(FusedOpsGpuTest, SampleTokensPicksTheArgmaxAndDrawsFromTheSoftmax) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  at::manual_seed(0);
+  at::Generator rng = at::cuda::detail::createCUDAGenerator(0);
+  rng.set_current_seed(7);
+  // Greedy and tempered rows side by side; 50000 takes packed loads, 1003 not.
+  for (int64_t vocab : {50000, 1003}) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      const int64_t rows = 6;
+      at::Tensor logits = (at::randn({rows, vocab}) * 3).to(dtype);
+      logits[2][vocab - 1] = 40;  // the argmax at the last element
+      logits[4].fill_(1);          // all tied: the first wins
+      const std::vector<double> temps = {0, 0.7, 0, 1.0, 0, 1.3};
+      at::Tensor out = SampleTokens(logits.to(kGpu), temps, rng).cpu();
+      at::Tensor z = logits.to(at::kDouble);
+      const std::string what = std::string(c10::toString(dtype)) + " vocab " + std::to_string(vocab);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t token = static_cast<int64_t>(out[0][r].item<float>());
+        ASSERT_GE(token, 0) << what;
+        ASSERT_LT(token, vocab) << what;
+        const double t = temps[r] > 0 ? temps[r] : 1.0;
+        const double want = at::log_softmax(z[r] / t, -1)[token].item<double>();
+        EXPECT_NEAR(out[1][r].item<float>(), want, 1e-4) << what << " row " << r;
+        if (temps[r] == 0) {
+          EXPECT_EQ(token, z[r].argmax().item<int64_t>()) << what << " row " << r;
+        }
+      }
+      EXPECT_EQ(out[0][2].item<float>(), vocab - 1) << what;
+      EXPECT_EQ(out[0][4].item<float>(), 0) << what;
+    }
+  }
+  // Draws follow softmax(z / t): 40960 rows of one 8-token row, each row its
+  // own noise; every frequency within 5 standard errors.
+  const int64_t n = 40960;
+  at::Tensor row = at::tensor({0.5, -1.0, 2.0, 0.0, 1.5, -3.0, 1.0, 0.2}, at::kFloat);
+  const double t = 0.8;
+  at::Tensor p = at::softmax(row.to(at::kDouble) / t, -1);
+  at::Tensor out = SampleTokens(row.unsqueeze(0).expand({n, 8}).contiguous().to(kGpu),
+                                std::vector<double>(n, t), rng).cpu();
+  at::Tensor counts = at::bincount(out[0].to(at::kLong), {}, 8).to(at::kDouble);
+  for (int64_t i = 0; i < 8; ++i) {
+    const double pi = p[i].item<double>(), freq = counts[i].item<double>() / n;
+    EXPECT_NEAR(freq, pi, 5 * std::sqrt(pi * (1 - pi) / n)) << "token " << i;
+  }
+  // The same seed repeats the draws; the next call draws anew.
+  at::Tensor wide = at::randn({64, 4096}).to(kGpu);
+  rng.set_current_seed(11);
+  at::Tensor a = SampleTokens(wide, std::vector<double>(64, 1.0), rng).cpu();
+  at::Tensor b = SampleTokens(wide, std::vector<double>(64, 1.0), rng).cpu();
+  rng.set_current_seed(11);
+  at::Tensor c = SampleTokens(wide, std::vector<double>(64, 1.0), rng).cpu();
+  EXPECT_TRUE(at::equal(a, c));
+  EXPECT_FALSE(at::equal(a[0], b[0]));
+}
 
 TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";

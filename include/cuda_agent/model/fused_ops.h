@@ -4,6 +4,7 @@
 // dtype, where the ATen expressions round after every op in bf16.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
 #include <vector>
@@ -29,6 +30,14 @@ at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up);
 
 // True where the fused CUDA kernels are built in.
 bool HaveFusedKernels();
+
+// A token per row of logits [rows, vocab] in one kernel (CUDA, with the
+// fused kernels): temperatures[row] 0 takes the argmax (the first of ties),
+// t > 0 draws from softmax(logits / t) with noise from `generator` (CUDA).
+// Returns [2, rows] fp32 on the logits' device: the token ids, then each
+// one's logprob (greedy: under softmax(logits); drawn: under
+// softmax(logits / t)).
+at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator);
 
 // ---- The decode step in a few kernels per layer (CUDA; Transformer::Decode) ----
 

@@ -98,9 +98,15 @@ class Generator {
  private:
   struct Slot;
   void Admit(std::vector<GenerationResult>* finished);
-  // Samples one token per row of `logits` [B, V] for the sequences in `slots`.
+  // Samples one token per row of `logits` [B, V] for the sequences in
+  // `slots`: one kernel on CUDA (SampleTokens) unless a row asks for top-k or
+  // top-p, which SampleWithAten serves.
   void SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
                        std::vector<GenerationResult>* finished);
+  // [2, B] fp32 on the logits' device: the tokens, then their logprobs;
+  // temperature 0 is greedy; `filtered`: some row has top-k or top-p.
+  at::Tensor SampleWithAten(const at::Tensor& logits, std::vector<double> temperatures,
+                            const std::vector<double>& top_ps, const std::vector<int64_t>& top_ks, bool filtered);
   bool Finished(Slot& slot);
   // Logits [B, V] of one decode step for the running slots, through DecodeSlots.
   at::Tensor DecodeRunning(const std::vector<int64_t>& running, const std::vector<int64_t>& ids,

@@ -1,0 +1,179 @@
+// A decode step's sampling in one kernel (fused_kernels.h SampleTokens): per
+// row of logits the chosen token and its logprob, for greedy rows and for
+// draws from the tempered softmax. ATen needs a float copy of the logits, an
+// argmax, a log softmax and a gather for the same, and runs a batch-1 log
+// softmax in one block (34 us for a 152k vocabulary on an H200).
+//
+// A draw is the Gumbel-max: the argmax of z / t + g, g = -log(-log u), picks
+// token i with probability softmax(z / t)_i. The uniforms u come from
+// Philox4x32-10 (Salmon et al., SC'11), counter (element / 4, row, offset),
+// key the seed: no state, and every element and call gets its own.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "fused_kernels.h"
+#include "kernel_util.cuh"
+
+namespace cuda_agent::model::kernels {
+namespace {
+
+constexpr int kSampleThreads = 256;
+constexpr int64_t kSampleMaxSplits = kSampleThreads;  // the last block merges a split per thread
+constexpr int kPickFloats = 5;
+
+// Four uniform 32-bit words from Philox4x32-10.
+__device__ inline uint4 Philox(uint4 c, uint2 k) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) k.x += kW0, k.y += kW1;
+    const uint32_t hi0 = __umulhi(kM0, c.x), lo0 = kM0 * c.x, hi1 = __umulhi(kM1, c.z), lo1 = kM1 * c.z;
+    c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+  }
+  return c;
+}
+
+// What a part of a row leaves: its softmax statistics relative to its max
+// (m, s = sum e^(z - m)), and the best key with its token and z.
+struct Pick {
+  float m = -INFINITY, s = 0, key = -INFINITY, z = 0;
+  int index = INT_MAX;
+
+  __device__ void Add(float zi, float key_i, int i) {
+    if (zi > m) {
+      s = s * expf(m - zi) + 1;
+      m = zi;
+    } else if (zi != -INFINITY) {
+      s += expf(zi - m);
+    }
+    if (key_i > key || (key_i == key && i < index)) key = key_i, z = zi, index = i;  // the first of ties, as argmax
+  }
+
+  __device__ void Merge(const Pick& o) {
+    if (o.s > 0) {
+      if (s == 0) {
+        m = o.m, s = o.s;
+      } else {
+        const float M = fmaxf(m, o.m);
+        s = s * expf(m - M) + o.s * expf(o.m - M);
+        m = M;
+      }
+    }
+    if (o.key > key || (o.key == key && o.index < index)) key = o.key, z = o.z, index = o.index;
+  }
+};
+
+__device__ Pick WarpMerge(Pick p) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    Pick o;
+    o.m = __shfl_xor_sync(0xffffffff, p.m, offset);
+    o.s = __shfl_xor_sync(0xffffffff, p.s, offset);
+    o.key = __shfl_xor_sync(0xffffffff, p.key, offset);
+    o.z = __shfl_xor_sync(0xffffffff, p.z, offset);
+    o.index = __shfl_xor_sync(0xffffffff, p.index, offset);
+    p.Merge(o);
+  }
+  return p;
+}
+
+// The block's picks merged; complete in thread 0.
+__device__ Pick BlockMerge(Pick p) {
+  __shared__ Pick warps[kSampleThreads / 32];
+  p = WarpMerge(p);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warps[warp] = p;
+  __syncthreads();
+  if (warp == 0) p = WarpMerge(lane < kSampleThreads / 32 ? warps[lane] : Pick());
+  return p;
+}
+
+// Block (split, row) picks over its run of the row; the last block of a row
+// to finish merges the runs.
+template <typename T, int N>
+__global__ void __launch_bounds__(kSampleThreads)
+    SampleTokensKernel(const T* __restrict__ logits, int64_t vocab, const float* __restrict__ temperature,
+                       float uniform_temperature, uint64_t seed, uint64_t offset, float* __restrict__ work,
+                       int* __restrict__ counters, float* __restrict__ out) {
+  const int64_t row = blockIdx.y, splits = gridDim.x;
+  const float t = temperature ? temperature[row] : uniform_temperature;
+  const bool draw = t > 0;
+  const float scale = draw ? 1.f / t : 1.f;
+  const int64_t run = (vocab + splits * N - 1) / (splits * N) * N;  // a multiple of the pack
+  const int64_t begin = blockIdx.x * run, end = min(vocab, begin + run);
+  const T* z = logits + row * vocab;
+  const uint2 key = make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  Pick pick;
+  for (int64_t j = begin + threadIdx.x * N; j < end; j += kSampleThreads * N) {
+    const Pack<T, N> p = *reinterpret_cast<const Pack<T, N>*>(z + j);
+    uint4 bits = {};
+    int64_t group = -1;
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      const float zi = ToFloat(p.v[e]) * scale;
+      float k = zi;
+      if (draw) {
+        const int64_t i = j + e;
+        if (i / 4 != group) {
+          group = i / 4;
+          bits = Philox(make_uint4(static_cast<uint32_t>(group), static_cast<uint32_t>(row),
+                                   static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)),
+                        key);
+        }
+        const uint32_t w = i % 4 == 0 ? bits.x : i % 4 == 1 ? bits.y : i % 4 == 2 ? bits.z : bits.w;
+        const float u = (static_cast<float>(w >> 8) + 0.5f) * (1.f / 16777216.f);  // in (0, 1)
+        k = zi - logf(-logf(u));
+      }
+      pick.Add(zi, k, static_cast<int>(j + e));
+    }
+  }
+  pick = BlockMerge(pick);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    float* mine = work + (row * splits + blockIdx.x) * kPickFloats;
+    mine[0] = pick.m, mine[1] = pick.s, mine[2] = pick.key, mine[3] = pick.z, mine[4] = __int_as_float(pick.index);
+    __threadfence();
+    last = atomicAdd(&counters[row], 1) == splits - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  Pick all;
+  if (threadIdx.x < splits) {
+    const float* theirs = work + (row * splits + threadIdx.x) * kPickFloats;
+    all.m = __ldcg(theirs), all.s = __ldcg(theirs + 1), all.key = __ldcg(theirs + 2), all.z = __ldcg(theirs + 3);
+    all.index = __float_as_int(__ldcg(theirs + 4));
+  }
+  all = BlockMerge(all);
+  if (threadIdx.x == 0) {
+    out[row] = static_cast<float>(all.index);
+    out[gridDim.y + row] = all.z - (all.m + logf(all.s));
+    counters[row] = 0;  // ready for the next call
+  }
+}
+
+}  // namespace
+
+int64_t SampleTokensSplits(int64_t rows, int64_t vocab) {
+  // About two blocks per SM of an H200 over all rows, each run at least 2048 elements.
+  const int64_t by_size = (vocab + 2047) / 2048, by_rows = (264 + rows - 1) / rows;
+  return std::max<int64_t>(1, std::min({by_size, by_rows, kSampleMaxSplits}));
+}
+
+int SampleTokens(Dtype dtype, const void* logits, int64_t rows, int64_t vocab, const float* temperature,
+                 float uniform_temperature, uint64_t seed, uint64_t offset, float* work, int* counters, float* out,
+                 cudaStream_t stream) {
+  if (rows == 0) return 0;
+  const int64_t splits = SampleTokensSplits(rows, vocab);
+  return Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    WithPackWidth<T>(Packed<T>({logits}, vocab), [&](auto width) {
+      SampleTokensKernel<T, decltype(width)::value>
+          <<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)), kSampleThreads, 0, stream>>>(
+              static_cast<const T*>(logits), vocab, temperature, uniform_temperature, seed, offset, work, counters,
+              out);
+    });
+  });
+}
+
+}  // namespace cuda_agent::model::kernels
