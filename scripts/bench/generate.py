@@ -22,6 +22,10 @@ SHAPES = {
     "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                          rope_theta=1000000.0, tie_word_embeddings=True),
+    # Qwen2.5-1.5B: 28 layers, hidden 1536, 12 heads (2 KV), head_dim 128: 3x the bytes a step.
+    "qwen2.5-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+                         rope_theta=1000000.0, tie_word_embeddings=True),
     "tiny": dict(vocab_size=4096, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                  tie_word_embeddings=True),
