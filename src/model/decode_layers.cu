@@ -37,10 +37,12 @@ enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 
 // What the host decides per launch: the ring's size, the input buffer's,
 // the stage sums' (TileDots), the most output rows a block has in a stage,
-// and the output rows of one tile per stage.
+// and per stage the output rows of one tile and the parts of k its units
+// take (Splits).
 struct RingPlan {
   int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0;
   int64_t tile_rows[kStages] = {};
+  int splits[kStages] = {};
 };
 
 // ---- Hopper: bulk copies completing on transaction barriers ----
@@ -223,39 +225,49 @@ struct Producer {
   }
 };
 
-// Element i of `side` for this block's output rows [j0, j0 + rows) of a
-// stage: the bias of matrix m at m * rows + r (0 where it has none), the
-// residual of batch row b at (2 + b) * rows + r (0 without one).
+// Where element i of `side` comes from, for this block's output rows [j0,
+// j0 + rows) of a stage: the bias of matrix m at m * rows + r, the residual
+// of batch row b at (2 + b) * rows + r; null for 0 (no bias, no residual).
+// Not inlined: one copy, not one per call site, keeps the kernel's code
+// (which every layer runs through, and whose instruction fetches stall
+// warps) smaller; the load stays with the caller, in flight beside the
+// stage's input.
 template <typename T, bool kSwiGlu>
-__device__ inline float SideValue(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int i) {
+__device__ __noinline__ const T* SideSource(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int i) {
   constexpr int M = kSwiGlu ? 2 : 1;
   const int m = i / rows, r = i % rows;
   if (m < M) {
     const T* bias;
     WeightRow<T, kSwiGlu>(g, j0 + r, m, &bias);
-    return bias ? ToFloat(*bias) : 0.f;
+    return bias;
   }
-  if (m >= 2 && g.residual) return LoadCoherent(static_cast<const T*>(g.residual) + (m - 2) * n + j0 + r);
-  return 0.f;
+  if (m >= 2 && g.residual) return static_cast<const T*>(g.residual) + (m - 2) * n + j0 + r;
+  return nullptr;
 }
 
-// The side elements of a stage's rows (SideValue), loaded in the same round
-// as its input and stored after it: two a thread at first, any more once
-// stored.
+// The side elements of a stage's rows (SideSource), loaded in the same
+// round as its input and stored after it: two a thread at first, any more
+// once stored.
 template <typename T, bool kSwiGlu>
 struct SideElements {
-  float v[2] = {};
+  T v[2] = {};
   __device__ void Load(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int sides) {
+    const T* p[2] = {};
 #pragma unroll
     for (int u = 0; u < 2; ++u)
-      if (threadIdx.x + u * kThreads < sides) v[u] = SideValue<T, kSwiGlu>(g, n, j0, rows, threadIdx.x + u * kThreads);
+      if (threadIdx.x + u * kThreads < sides) p[u] = SideSource<T, kSwiGlu>(g, n, j0, rows, threadIdx.x + u * kThreads);
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (p[u]) v[u] = __ldcg(p[u]);
   }
   __device__ void Store(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int sides, float* side) const {
 #pragma unroll
     for (int u = 0; u < 2; ++u)
-      if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = v[u];
-    for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads)
-      side[i] = SideValue<T, kSwiGlu>(g, n, j0, rows, i);
+      if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = ToFloat(v[u]);
+    for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) {
+      const T* p = SideSource<T, kSwiGlu>(g, n, j0, rows, i);
+      side[i] = p ? LoadCoherent(p) : 0.f;
+    }
   }
 };
 
@@ -577,9 +589,10 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
 // A tile's work comes in units of kUnitDots (row, matrix) dot products,
 // kUnitDots / M rows, over one part of k, a warp each. Splits: how many
 // parts of k a stage's units take, so that a full tile's units fill the
-// warps, each part at least 32 packs (a load per lane).
+// warps, each part at least 32 packs (a load per lane). The host's
+// (RingPlan::splits).
 constexpr int kUnitDots = 4;
-__host__ __device__ inline int Splits(int64_t tile_rows, int64_t packs, int M) {
+inline int Splits(int64_t tile_rows, int64_t packs, int M) {
   const int64_t groups = (tile_rows + kUnitDots / M - 1) / (kUnitDots / M);
   int s = 1;
   while (groups * s * 2 <= kWarps && packs / (s * 2) >= 32) s *= 2;
@@ -726,7 +739,7 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   else
     LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, c.xs, c.side, c.squares);
   clock.Lap(0);
-  const int splits = Splits(p.tile_rows[s], g.k * static_cast<int64_t>(sizeof(T)) / 16, kSwiGlu ? 2 : 1);
+  const int splits = p.splits[s];
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
     const int rows = static_cast<int>(min(p.tile_rows[s], j1 - r));
     const int q = static_cast<int>(c.tile % kTilesInFlight);
@@ -745,9 +758,9 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
 
 // What a layer's stages read besides weights, activations and the cache
 // into L2 ahead of them: its RMSNorm weights and this block's q/k/v bias
-// elements.
+// elements. Not inlined, as SideValue.
 template <typename T>
-__device__ void PrefetchLayer(const DecodeLayersArgs& a, const DecodeLayer& layer) {
+__device__ __noinline__ void PrefetchLayer(const DecodeLayersArgs& a, const DecodeLayer& layer) {
   const int64_t lines = (a.hidden * static_cast<int64_t>(sizeof(T)) + 127) / 128;
   for (int64_t i = threadIdx.x; i < 2 * lines; i += kThreads)
     PrefetchL2(static_cast<const char*>(i < lines ? layer.input_norm : layer.post_norm) + i % lines * 128);
@@ -877,7 +890,8 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
       const int64_t block_rows = (n[s] + grid - 1) / grid;
       const int64_t tiles = (block_rows * unit + tile_cap - 1) / tile_cap;
       plan->tile_rows[s] = std::min<int64_t>((block_rows + tiles - 1) / tiles, tile_cap / unit);
-      red = std::max(red, block_rows * Splits(plan->tile_rows[s], k[s] * elem / 16, M[s]) * M[s] * kDecodeMaxRows);
+      plan->splits[s] = Splits(plan->tile_rows[s], k[s] * elem / 16, M[s]);
+      red = std::max(red, block_rows * plan->splits[s] * M[s] * kDecodeMaxRows);
     }
     if (red <= plan->red_floats) break;
     plan->red_floats = red;
