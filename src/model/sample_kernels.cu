@@ -6,14 +6,15 @@
 //
 // A draw is the Gumbel-max: the argmax of z / t + g, g = -log(-log u), picks
 // token i with probability softmax(z / t)_i. The uniforms u come from
-// Philox4x32-10 (Salmon et al., SC'11), counter (element / 4, row, offset),
-// key the seed: no state, and every element and call gets its own.
+// Philox4x32-10 (philox.h), counter (element / 4, row, offset), key the
+// seed: no state, and every element and call gets its own.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 
 #include "fused_kernels.h"
 #include "kernel_util.cuh"
+#include "philox.h"
 
 namespace cuda_agent::model::kernels {
 namespace {
@@ -21,18 +22,6 @@ namespace {
 constexpr int kSampleThreads = 256;
 constexpr int64_t kSampleMaxSplits = kSampleThreads;  // the last block merges a split per thread
 constexpr int kPickFloats = 5;
-
-// Four uniform 32-bit words from Philox4x32-10.
-__device__ inline uint4 Philox(uint4 c, uint2 k) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-#pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) k.x += kW0, k.y += kW1;
-    const uint32_t hi0 = __umulhi(kM0, c.x), lo0 = kM0 * c.x, hi1 = __umulhi(kM1, c.z), lo1 = kM1 * c.z;
-    c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-  }
-  return c;
-}
 
 // What a part of a row leaves: its softmax statistics relative to its max
 // (m, s = sum e^(z - m)), and the best key with its token and z.
@@ -102,11 +91,11 @@ __global__ void __launch_bounds__(kSampleThreads)
   const int64_t run = (vocab + splits * N - 1) / (splits * N) * N;  // a multiple of the pack
   const int64_t begin = blockIdx.x * run, end = min(vocab, begin + run);
   const T* z = logits + row * vocab;
-  const uint2 key = make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
   Pick pick;
   for (int64_t j = begin + threadIdx.x * N; j < end; j += kSampleThreads * N) {
     const Pack<T, N> p = *reinterpret_cast<const Pack<T, N>*>(z + j);
-    uint4 bits = {};
+    PhiloxWords bits = {};
     int64_t group = -1;
 #pragma unroll
     for (int e = 0; e < N; ++e) {
@@ -116,11 +105,12 @@ __global__ void __launch_bounds__(kSampleThreads)
         const int64_t i = j + e;
         if (i / 4 != group) {
           group = i / 4;
-          bits = Philox(make_uint4(static_cast<uint32_t>(group), static_cast<uint32_t>(row),
-                                   static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)),
-                        key);
+          bits = Philox4x32({{static_cast<uint32_t>(group), static_cast<uint32_t>(row), static_cast<uint32_t>(offset),
+                              static_cast<uint32_t>(offset >> 32)}},
+                            key0, key1);
         }
-        const uint32_t w = i % 4 == 0 ? bits.x : i % 4 == 1 ? bits.y : i % 4 == 2 ? bits.z : bits.w;
+        const int q = static_cast<int>(i % 4);  // a select, not a run-time index into local memory
+        const uint32_t w = q == 0 ? bits.w[0] : q == 1 ? bits.w[1] : q == 2 ? bits.w[2] : bits.w[3];
         const float u = (static_cast<float>(w >> 8) + 0.5f) * (1.f / 16777216.f);  // in (0, 1)
         k = zi - logf(-logf(u));
       }
