@@ -10,7 +10,8 @@
 #   judgetests  the judge's GPU tests (honest, wrong and cheating candidates)
 #   judge       worker throughput (CUDA) and the paper recipe on the same candidates
 #   policy      bf16 logit parity and decode throughput (ATen, fused and
-#               persistent decode kernels, kernel profiles), Qwen2.5-0.5B-shaped
+#               persistent decode kernels, kernel profiles), Qwen2.5-0.5B-shaped,
+#               and batch-1 decode on the Qwen2.5-1.5B shape
 #   learner     PPO update tokens/s, MFU and kernel profile, Qwen2.5-0.5B-shaped,
 #               bf16, 4096 tokens; on one GPU and, where there are two, on both
 #               (sharded and replicated optimizer state)
@@ -46,6 +47,9 @@ for step in "$@"; do
       (cd scripts/bench && python3 bf16_parity.py --build "../../$build" --device cuda --dtype bfloat16 \
          --out "$out/bf16_parity.json") > "$out/bf16_parity.log" 2>&1
       python3 scripts/bench/generate.py --build $build --device cuda --profile --decode-kernels fused persistent --out "$out/generate.json" > "$out/generate.log" 2>&1
+      # Batch 1 on a model with 3x the bytes a step: how the per-layer latency weighs there.
+      python3 scripts/bench/generate.py --build $build --device cuda --shape qwen2.5-1.5b --batches 1 \
+        --decode-kernels persistent --out "$out/generate_1.5b.json" > "$out/generate_1.5b.log" 2>&1
       ;;
     decode)
       python3 scripts/bench/generate.py --build $build --device cuda --batches 1 --decode-kernels fused persistent \
