@@ -20,9 +20,8 @@ constexpr int kAttentionWarps = 8, kAttentionThreads = kAttentionWarps * 32;
 // __syncthreads() does.
 __device__ inline void SyncAttentionThreads() { asm volatile("bar.sync 1, %0;" ::"n"(kAttentionThreads) : "memory"); }
 
-// Blocks on the GPU; the largest shared-memory carveout for a decode kernel
-// and, over 48 KB of dynamic shared memory, the opt-in (decode_kernels.cu).
-int64_t MultiprocessorCount();
+// The largest shared-memory carveout for a decode kernel and, over 48 KB of
+// dynamic shared memory, the opt-in (decode_kernels.cu).
 void ConfigureDecodeKernel(const void* kernel, int64_t dynamic_shared_bytes);
 
 __device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }

@@ -40,31 +40,17 @@ struct SoftmaxState {
     s = fa * s + fb * o.s;
     m = M;
   }
+
+  __device__ SoftmaxState ShuffleXor(int offset) const {
+    SoftmaxState o;
+    o.m = __shfl_xor_sync(0xffffffff, m, offset);
+    o.s = __shfl_xor_sync(0xffffffff, s, offset);
+    o.u = __shfl_xor_sync(0xffffffff, u, offset);
+    return o;
+  }
 };
 
 constexpr int kRowThreads = 512;
-
-// Merges the states of the warp's lanes; every lane gets the result.
-__device__ SoftmaxState WarpMerge(SoftmaxState st) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    SoftmaxState o;
-    o.m = __shfl_xor_sync(0xffffffff, st.m, offset);
-    o.s = __shfl_xor_sync(0xffffffff, st.s, offset);
-    o.u = __shfl_xor_sync(0xffffffff, st.u, offset);
-    st.Merge(o);
-  }
-  return st;
-}
-
-__device__ SoftmaxState BlockMerge(SoftmaxState st) {
-  __shared__ SoftmaxState warps[kRowThreads / 32];
-  st = WarpMerge(st);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warps[warp] = st;
-  __syncthreads();
-  if (warp == 0) st = WarpMerge(lane < static_cast<int>(blockDim.x / 32) ? warps[lane] : SoftmaxState());
-  return st;  // complete in thread 0
-}
 
 template <typename T, int N>
 __global__ void __launch_bounds__(kRowThreads)
@@ -78,7 +64,7 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int i = 0; i < N; ++i) st.Add(ToFloat(p.v[i]));
   }
-  st = BlockMerge(st);
+  st = BlockMerge<kRowThreads>(st);
   if (threadIdx.x != 0) return;
   // Relative to the max, so that large logits lose no precision.
   const float log_s = logf(st.s);

@@ -46,6 +46,31 @@ __device__ inline float WarpSum(float v) {
   return v;
 }
 
+// The current GPU's multiprocessors, asked once (defined in decode_kernels.cu).
+int64_t MultiprocessorCount();
+
+// Merges a reduction state S over the warp's lanes; every lane gets the
+// result. S: default-constructible as the empty state, with
+// `S ShuffleXor(int offset) const` (lane ^ offset's state) and
+// `void Merge(const S&)`.
+template <typename S>
+__device__ S WarpMerge(S s) {
+  for (int offset = 16; offset > 0; offset /= 2) s.Merge(s.ShuffleXor(offset));
+  return s;
+}
+
+// The same over a block of at most kThreads threads; complete in thread 0.
+template <int kThreads, typename S>
+__device__ S BlockMerge(S s) {
+  __shared__ S warps[kThreads / 32];
+  s = WarpMerge(s);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warps[warp] = s;
+  __syncthreads();
+  if (warp == 0) s = WarpMerge(lane < static_cast<int>(blockDim.x / 32) ? warps[lane] : S());
+  return s;
+}
+
 // Calls f(T{}) with the C++ type of `dtype`.
 template <typename F>
 int Dispatch(Dtype dtype, F&& f) {

@@ -51,31 +51,17 @@ struct Pick {
     }
     if (o.key > key || (o.key == key && o.index < index)) key = o.key, z = o.z, index = o.index;
   }
-};
 
-__device__ Pick WarpMerge(Pick p) {
-  for (int offset = 16; offset > 0; offset /= 2) {
+  __device__ Pick ShuffleXor(int offset) const {
     Pick o;
-    o.m = __shfl_xor_sync(0xffffffff, p.m, offset);
-    o.s = __shfl_xor_sync(0xffffffff, p.s, offset);
-    o.key = __shfl_xor_sync(0xffffffff, p.key, offset);
-    o.z = __shfl_xor_sync(0xffffffff, p.z, offset);
-    o.index = __shfl_xor_sync(0xffffffff, p.index, offset);
-    p.Merge(o);
+    o.m = __shfl_xor_sync(0xffffffff, m, offset);
+    o.s = __shfl_xor_sync(0xffffffff, s, offset);
+    o.key = __shfl_xor_sync(0xffffffff, key, offset);
+    o.z = __shfl_xor_sync(0xffffffff, z, offset);
+    o.index = __shfl_xor_sync(0xffffffff, index, offset);
+    return o;
   }
-  return p;
-}
-
-// The block's picks merged; complete in thread 0.
-__device__ Pick BlockMerge(Pick p) {
-  __shared__ Pick warps[kSampleThreads / 32];
-  p = WarpMerge(p);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warps[warp] = p;
-  __syncthreads();
-  if (warp == 0) p = WarpMerge(lane < kSampleThreads / 32 ? warps[lane] : Pick());
-  return p;
-}
+};
 
 // Block (split, row) picks over its run of the row; the last block of a row
 // to finish merges the runs.
@@ -117,7 +103,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       pick.Add(zi, k, static_cast<int>(j + e));
     }
   }
-  pick = BlockMerge(pick);
+  pick = BlockMerge<kSampleThreads>(pick);
   __shared__ bool last;
   if (threadIdx.x == 0) {
     float* mine = work + (row * splits + blockIdx.x) * kPickFloats;
@@ -134,7 +120,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     all.m = __ldcg(theirs), all.s = __ldcg(theirs + 1), all.key = __ldcg(theirs + 2), all.z = __ldcg(theirs + 3);
     all.index = __float_as_int(__ldcg(theirs + 4));
   }
-  all = BlockMerge(all);
+  all = BlockMerge<kSampleThreads>(all);
   if (threadIdx.x == 0) {
     out[row] = static_cast<float>(all.index);
     out[gridDim.y + row] = all.z - (all.m + logf(all.s));
@@ -145,8 +131,8 @@ __global__ void __launch_bounds__(kSampleThreads)
 }  // namespace
 
 int64_t SampleTokensSplits(int64_t rows, int64_t vocab) {
-  // About two blocks per SM of an H200 over all rows, each run at least 2048 elements.
-  const int64_t by_size = (vocab + 2047) / 2048, by_rows = (264 + rows - 1) / rows;
+  // About two blocks per SM over all rows, each run at least 2048 elements.
+  const int64_t by_size = (vocab + 2047) / 2048, by_rows = (2 * MultiprocessorCount() + rows - 1) / rows;
   return std::max<int64_t>(1, std::min({by_size, by_rows, kSampleMaxSplits}));
 }
 
