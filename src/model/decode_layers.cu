@@ -6,10 +6,13 @@
 // The block's last warp only copies: it issues a tile as soon as the ring has
 // room for it, so the copies run ahead of the computation through grid
 // barriers, stages and layers, and DRAM keeps streaming while the grid
-// waits. Each tile's landing and its release by the computing warps are
-// transaction barriers (mbarriers). Inputs are read once per stage into shared
-// memory as fp32; the warps take a tile's dot products four at a time, with
-// no block barrier until the stage's outputs. The attention splits the keys
+// waits; its lanes copy a row each, padded (RowPitch). Each tile's landing
+// and its release by the computing warps are transaction barriers
+// (mbarriers). Inputs are read once per stage into shared memory in the
+// weights' type; the warps take a tile's dot products on the tensor cores
+// (16-bit weights: mma.sync, the batch rows as one side of the product) or
+// four rows at a time (fp32), with no block barrier until the stage's
+// outputs. The attention splits the keys
 // into chunks of 32, a block per chunk and a warp per query head; the o
 // stage merges the chunks as it reads its input.
 //
@@ -41,19 +44,18 @@ enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 
 // What the host decides per launch: the ring's size, the input buffer's,
 // the stage sums' (TileDots), the most output rows a block has in a stage,
-// and per stage the output rows of one tile and the parts of k its units
-// take (Splits).
+// and per stage the output rows of one tile, the row pitch and the parts of
+// k its units take (Splits).
 struct RingPlan {
   int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0;
   int64_t tile_rows[kStages] = {};
+  int64_t pitch[kStages] = {};  // bytes between rows of weights and of inputs (RowPitch)
   int splits[kStages] = {};
 };
 
 // ---- Hopper: bulk copies completing on transaction barriers ----
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ inline uint32_t SharedAddress(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-#endif
 // A barrier whose phases complete on `arrivals` arrivals (and the bytes expected).
 __device__ inline void BarrierInit(uint64_t* bar, int arrivals) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -156,9 +158,9 @@ struct Ring {
   int* offset;      // [kTilesInFlight]: where in `data` tile t lies
 };
 
-// The copying warp's side of the ring (one lane): the next tile to copy and
-// the ring's free bytes. Positions count bytes since the launch; a tile
-// never wraps around.
+// The copying warp's side of the ring: the next tile to copy and the ring's
+// free bytes, the same in every lane; the lanes copy a tile's rows. Positions
+// count bytes since the launch; a tile never wraps around.
 struct Producer {
   int64_t layer = 0, row = -1;  // -1: this block's first row of the stage
   int stage = 0;
@@ -180,27 +182,27 @@ struct Producer {
         continue;
       }
       const int64_t rows = min(p.tile_rows[stage], j1 - row), row_bytes = g.k * static_cast<int64_t>(sizeof(T));
-      const uint32_t bytes = static_cast<uint32_t>(rows * row_bytes * (g.swiglu ? 2 : 1));
+      const int count = static_cast<int>(rows) * (g.swiglu ? 2 : 1);  // gate rows, then the same rows of up
+      const uint32_t bytes = static_cast<uint32_t>(count * p.pitch[stage]);
       const uint32_t size = static_cast<uint32_t>(p.ring_bytes);
       uint32_t start = head;
       if (start % size + bytes > size) start += size - start % size;
       if (start + bytes - tail > size) return;  // the oldest tiles are still in use
       const int q = static_cast<int>(issued % kTilesInFlight);
       unsigned char* dst = ring.data + start % size;
-      ring.offset[q] = static_cast<int>(start % size);
+      const int lane = threadIdx.x % 32;
+      if (lane == 0) {
+        ring.offset[q] = static_cast<int>(start % size);
+        BarrierExpectBytes(&ring.done[q], static_cast<uint32_t>(count * row_bytes));
+      }
       end[q] = start + bytes;
+      __syncwarp();
       AsyncProxyFence();
-      BarrierExpectBytes(&ring.done[q], bytes);
-      if (g.swiglu) {  // gate rows, then the same rows of up
-        BulkCopy(dst, static_cast<const T*>(g.m[0].w) + row * g.k, rows * row_bytes, &ring.done[q]);
-        BulkCopy(dst + rows * row_bytes, static_cast<const T*>(g.m[1].w) + row * g.k, rows * row_bytes, &ring.done[q]);
-      } else {  // the rows of each matrix the tile spans (q, k, v)
-        for (int m = 0, first = 0; m < 3; first += static_cast<int>(g.m[m].rows), ++m) {
-          const int64_t lo = max(row, static_cast<int64_t>(first)), hi = min(row + rows, first + g.m[m].rows);
-          if (lo >= hi) continue;
-          BulkCopy(dst, static_cast<const T*>(g.m[m].w) + (lo - first) * g.k, (hi - lo) * row_bytes, &ring.done[q]);
-          dst += (hi - lo) * row_bytes;
-        }
+      for (int i = lane; i < count; i += 32) {  // a row each, RowPitch apart
+        const T* bias;
+        const T* from = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
+                                 : WeightRow<T, false>(g, row + i, 0, &bias);
+        BulkCopy(dst + i * p.pitch[stage], from, row_bytes, &ring.done[q]);
       }
       head = start + bytes;
       ++issued;
@@ -220,11 +222,11 @@ struct Producer {
       const int q = static_cast<int>(consumed % kTilesInFlight);
       const long long start = ring_full ? clock64() : 0;
       BarrierWait(&ring.freed[q], static_cast<uint32_t>(consumed / kTilesInFlight) & 1);
-      if (ring_full) ring_full[stage] += clock64() - start;
+      if (ring_full && threadIdx.x % 32 == 0) ring_full[stage] += clock64() - start;
       tail = end[q];
       ++consumed;
     }
-    if (ring_full)
+    if (ring_full && threadIdx.x % 32 == 0)
       for (int s = 0; s < kStages; ++s) a.timeline[23 + 10 * a.num_layers + s] = ring_full[s];
   }
 };
@@ -275,25 +277,21 @@ struct SideElements {
   }
 };
 
-// Where element e (e % 4 == 0: a float4) of batch row b of a stage's input
-// [batch, k] lies in shared memory: with 8-element packs (bf16, fp16), the
-// first four floats of each pack in the row's first half and the other four
-// in its second, so that lanes reading consecutive packs four floats at a
-// time hit different banks.
-template <int V>
-__device__ inline int InputIndex(int b, int e, int k) {
-  if constexpr (V == 4) return b * k + e;
-  return b * k + e % 8 / 4 * (k / 2) + e / 8 * 4;
-}
+// Bytes between rows of a stage's weights in the ring and of its input in
+// shared memory: rows of `bytes`, padded so that the next starts 16 bytes
+// into a 128-byte line. The eight rows of a matrix that ldmatrix loads, 16
+// bytes each at the same k, then hit different banks (TileDots).
+constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 16; }
 
-// The stage's input [batch, k] into xs as fp32, times the RMSNorm weight
-// with kNorm (the 1 / rms of each batch row scales the outputs instead:
-// each warp's sums of squares go into `squares`, kWarps * kDecodeMaxRows
-// floats); in the same round of loads the bias and residual elements of
-// this block's output rows [j0, j1) into `side` (bias of matrix m at m *
-// rows + r, residual of row b at (2 + b) * rows + r, rows = j1 - j0).
+// The stage's input [batch, k] into xs (row b at b * pitch elements) in T,
+// times the RMSNorm weight with kNorm (the 1 / rms of each batch row scales
+// the outputs instead: each warp's sums of squares go into `squares`,
+// kWarps * kDecodeMaxRows floats); in the same round of loads the bias and
+// residual elements of this block's output rows [j0, j1) into `side` (bias
+// of matrix m at m * rows + r, residual of row b at (2 + b) * rows + r, rows
+// = j1 - j0).
 template <typename T, bool kNorm, bool kSwiGlu>
-__device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1, float* xs, float* side,
+__device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1, int pitch, T* xs, float* side,
                           float* squares) {
   constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, U = 4;  // U: packs a thread loads at once
   const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = batch * k / V;
@@ -315,17 +313,15 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
     for (int u = 0; u < U; ++u) {
       const int i = i0 + u * kThreads;
       if (i >= packs) break;
-      float f[V], s = 0;
+      const int b = i * V / k;
+      float s = 0;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        f[e] = ToFloat(v[u].v[e]);
-        s += f[e] * f[e];
-        if constexpr (kNorm) f[e] *= ToFloat(w[u].v[e]);
+        const float f = ToFloat(v[u].v[e]);
+        s += f * f;
+        if constexpr (kNorm) v[u].v[e] = FromFloat<T>(f * ToFloat(w[u].v[e]));
       }
-      const int b = i * V / k;
-#pragma unroll
-      for (int e = 0; e < V; e += 4)
-        *reinterpret_cast<float4*>(xs + InputIndex<V>(b, i * V % k + e, k)) = *reinterpret_cast<float4*>(f + e);
+      *reinterpret_cast<Pack<T, V>*>(xs + b * pitch + i * V % k) = v[u];
       if constexpr (kNorm) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
@@ -539,12 +535,12 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
 constexpr int kMergeChunks = 16;
 
 // The o stage's input: the attention output [batch, heads * HD], merged
-// from the chunks' partial softmaxes (Attend) and rounded to T as a stored
-// output would be; `side` as LoadInput. A thread per 4 elements of a head
+// from the chunks' partial softmaxes (Attend), into xs in T as LoadInput
+// stores; `side` as LoadInput. A thread per 4 elements of a head
 // merges kMergeChunks chunks at once: their loads all in flight together.
 template <typename T, int HD>
 __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1,
-                              int64_t chunks, float* xs, float* side) {
+                              int64_t chunks, int pitch, T* xs, float* side) {
   constexpr int G = kDecodeMaxGroup, E = 4, C = kMergeChunks;
   const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
   const int rows = static_cast<int>(j1 - j0), batch = static_cast<int>(a.batch), sides = rows * (2 + batch);
@@ -581,25 +577,28 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
       }
       M = M2;
     }
-    float4 out;
-    out.x = ToFloat(FromFloat<T>(O[0] / S)), out.y = ToFloat(FromFloat<T>(O[1] / S));
-    out.z = ToFloat(FromFloat<T>(O[2] / S)), out.w = ToFloat(FromFloat<T>(O[3] / S));
-    *reinterpret_cast<float4*>(xs + InputIndex<16 / sizeof(T)>(b, h * HD + d, heads * HD)) = out;
+    Pack<T, E> out;
+#pragma unroll
+    for (int e = 0; e < E; ++e) out.v[e] = FromFloat<T>(O[e] / S);
+    *reinterpret_cast<Pack<T, E>*>(xs + b * pitch + h * HD + d) = out;
   }
   side_elements.Store(g, n, j0, rows, sides, side);
   SyncAttentionThreads();
 }
 
-// A tile's work comes in units of kUnitDots (row, matrix) dot products,
-// kUnitDots / M rows, over one part of k, a warp each. Splits: how many
-// parts of k a stage's units take, so that a full tile's units fill the
-// warps, each part at least 32 packs (a load per lane). The host's
-// (RingPlan::splits).
+// A tile's work comes in units, a warp each, over one part of k: with fp32
+// weights kUnitDots (row, matrix) dot products, kUnitDots / M rows; with 16-bit
+// weights 16 rows (of the tile's M * rows) on the tensor cores. Splits: how
+// many parts of k a stage's units take, so that a full tile's units fill the
+// warps, each part at least 32 packs (a load per lane) or two 32-element
+// blocks of k. The host's (RingPlan::splits).
 constexpr int kUnitDots = 4;
-inline int Splits(int64_t tile_rows, int64_t packs, int M) {
-  const int64_t groups = (tile_rows + kUnitDots / M - 1) / (kUnitDots / M);
+inline int Splits(int64_t tile_rows, int64_t k, int64_t elem, int M) {
+  const bool tensor = elem == 2;
+  const int64_t groups = tensor ? (M * tile_rows + 15) / 16 : (tile_rows + kUnitDots / M - 1) / (kUnitDots / M);
+  const int64_t parts = tensor ? (k + 31) / 32 / 2 : k * elem / 16 / 32;  // the most parts of k
   int s = 1;
-  while (groups * s * 2 <= kWarps && packs / (s * 2) >= 32) s *= 2;
+  while (groups * s * 2 <= kWarps && s * 2 <= parts) s *= 2;
   return s;
 }
 
@@ -617,40 +616,112 @@ __device__ inline float WarpSumFour(const float (&v)[4]) {
   return t;
 }
 
+// Four 8 x 8 matrices of 16-bit elements from shared memory (ldmatrix):
+// lanes 8 i .. 8 i + 7 give the addresses of matrix i's rows, 16 bytes each,
+// and lane l gets elements 2 (l % 4), 2 (l % 4) + 1 of row l / 4 of each.
+__device__ inline void LoadMatrices(uint32_t* m, uint32_t address) {
+  // Not volatile: the loads of a tile may move ahead of the products; the
+  // tile landed before TileDots was called.
+  asm("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+      : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+      : "r"(address));
+}
+
+// d += a b on the tensor cores (m16n8k16, fp32 sums): a the four registers of
+// a 16 x 16 tile of A, b the two of a 16 x 8 tile of B, in the PTX fragment
+// layouts.
+template <typename T>
+__device__ inline void Mma16x8x16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                  uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // A tile's dot products: its rows are the block's [first, first + rows) of
-// the stage; each unit's sums go to sums[((row * splits + part) * M + m) *
-// kDecodeMaxRows + b], row counted in the block.
-template <typename T, bool kSwiGlu>
-__device__ void TileDots(const DecodeGemvArgs& g, int first, int rows, int splits, const T* w, const float* xs,
-                         float* sums) {
-  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1, D = kUnitDots / M;
-  const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = k / V;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, groups = (rows + D - 1) / D;
-  for (int u = warp; u < groups * splits; u += kWarps) {
-    const int r0 = u / splits * D, part = u % splits;
-    const int p0 = packs * part / splits, p1 = packs * (part + 1) / splits;
-    const T* wr[kUnitDots];  // dot i: row r0 + i / M of matrix i % M (past the tile: its last row, not stored)
-#pragma unroll
-    for (int i = 0; i < kUnitDots; ++i) wr[i] = w + static_cast<int64_t>(i % M * rows + min(r0 + i / M, rows - 1)) * k;
-    for (int b = 0; b < batch; ++b) {
-      float acc[kUnitDots] = {};
+// the stage, M * rows of them in the ring (matrix m's rows after those of
+// the matrices before it), `pitch` elements apart as the input's rows in xs.
+// Each unit's sums go to sums[((row * splits + part) * M + m) *
+// kDecodeMaxRows + b], row counted in the block; splits = 1 << shift.
+//
+// 16-bit weights: a unit is two m16n8k16 products per 32 elements of k: 16
+// rows against the input's batch rows (n, up to 8). ldmatrix loads the
+// fragments, four 8 x 8 matrices a load: of A, rows 0-7 and 8-15 at k 0-7,
+// then at k 8-15; of B, the input rows at k 0-7, 8-15, 16-23 and 24-31.
+//
+// Not inlined, and the same code for every stage (M a value, not a
+// template argument): the kernel runs through all of its code once a layer,
+// so code that every stage shares stays in the instruction cache.
+template <typename T>
+__device__ __noinline__ void TileDots(int batch, int k, int M, int first, int rows, int shift, const T* w, int pitch,
+                                      const T* xs, float* sums) {
+  constexpr int R = kDecodeMaxRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, splits = 1 << shift;
+  if constexpr (sizeof(T) == 2) {
+    const int total = M * rows, units = (total + 15) / 16 << shift, blocks = (k + 31) / 32;
+    // The rows whose 16 bytes this lane's address gives: of A, row lane % 16
+    // at k 8 (lane / 16); of B, input row lane % 8 at k 8 (lane / 8). Past
+    // the tile or the batch: the last row (its sums not stored).
+    const uint32_t a_lane = SharedAddress(w + (lane / 16 * 8));
+    const uint32_t x_lane = SharedAddress(xs + min(lane % 8, batch - 1) * pitch + lane / 8 * 8);
+    for (int u = warp; u < units; u += kWarps) {
+      const int g = u >> shift, part = u & (splits - 1);
+      const int kb0 = blocks * part >> shift, kb1 = blocks * (part + 1) >> shift;
+      const uint32_t a_row = a_lane + min(g * 16 + lane % 16, total - 1) * pitch * 2;
+      float d[2][4] = {};  // the two products of a block: two chains, not one
 #pragma unroll 2
-      for (int pk = p0 + lane; pk < p1; pk += 32) {
-        float xv[V];
-#pragma unroll
-        for (int e = 0; e < V; e += 4)
-          *reinterpret_cast<float4*>(xv + e) = *reinterpret_cast<const float4*>(xs + InputIndex<V>(b, pk * V + e, k));
-        Pack<T, V> wp[kUnitDots];
-#pragma unroll
-        for (int i = 0; i < kUnitDots; ++i) wp[i] = *reinterpret_cast<const Pack<T, V>*>(wr[i] + pk * V);
-#pragma unroll
-        for (int i = 0; i < kUnitDots; ++i)
-#pragma unroll
-          for (int e = 0; e < V; ++e) acc[i] += ToFloat(wp[i].v[e]) * xv[e];
+      for (int kb = kb0; kb < kb1; ++kb) {
+        uint32_t a[8], b[4];
+        LoadMatrices(a, a_row + kb * 64);
+        LoadMatrices(a + 4, a_row + kb * 64 + 32);
+        LoadMatrices(b, x_lane + kb * 64);
+        const int left = k - kb * 32;  // past k, a last 8, 16 or 24: zeros, not the padding
+        if (left <= 8) a[2] = a[3] = b[1] = 0;
+        if (left <= 16) a[4] = a[5] = b[2] = 0;
+        if (left <= 24) a[6] = a[7] = b[3] = 0;
+        Mma16x8x16<T>(d[0], a[0], a[1], a[2], a[3], b[0], b[1]);
+        Mma16x8x16<T>(d[1], a[4], a[5], a[6], a[7], b[2], b[3]);
       }
-      const float total = WarpSumFour(acc);
-      const int i = lane / 8, row = r0 + i / M;
-      if (lane % 8 == 0 && row < rows) sums[(((first + row) * splits + part) * M + i % M) * R + b] = total;
+      // Lane (r, q) = (lane / 4, lane % 4) holds rows r (j = 0, 1) and r + 8
+      // (j = 2, 3) of the unit's 16, batch rows 2 q and 2 q + 1.
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = g * 16 + lane / 4 + j / 2 * 8, b = 2 * (lane % 4) + j % 2;
+        const int m = i >= rows, row = i - m * rows;  // i < 2 rows
+        if (i < total && b < batch) sums[((((first + row) << shift) + part) * M + m) * R + b] = d[0][j] + d[1][j];
+      }
+    }
+  } else {
+    constexpr int V = 16 / sizeof(T);
+    const int D = kUnitDots / M, packs = k / V, groups = (rows + D - 1) / D;
+    for (int u = warp; u < groups * splits; u += kWarps) {
+      const int r0 = u / splits * D, part = u % splits;
+      const int p0 = packs * part / splits, p1 = packs * (part + 1) / splits;
+      const T* wr[kUnitDots];  // dot i: row r0 + i / M of matrix i % M (past the tile: its last row, not stored)
+#pragma unroll
+      for (int i = 0; i < kUnitDots; ++i) wr[i] = w + (i % M * rows + min(r0 + i / M, rows - 1)) * pitch;
+      for (int b = 0; b < batch; ++b) {
+        float acc[kUnitDots] = {};
+#pragma unroll 2
+        for (int pk = p0 + lane; pk < p1; pk += 32) {
+          const Pack<T, V> xv = *reinterpret_cast<const Pack<T, V>*>(xs + b * pitch + pk * V);
+          Pack<T, V> wp[kUnitDots];
+#pragma unroll
+          for (int i = 0; i < kUnitDots; ++i) wp[i] = *reinterpret_cast<const Pack<T, V>*>(wr[i] + pk * V);
+#pragma unroll
+          for (int i = 0; i < kUnitDots; ++i)
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[i] += ToFloat(wp[i].v[e]) * ToFloat(xv.v[e]);
+        }
+        const float total = WarpSumFour(acc);
+        const int i = lane / 8, row = r0 + i / M;
+        if (lane % 8 == 0 && row < rows) sums[(((first + row) * splits + part) * M + i % M) * R + b] = total;
+      }
     }
   }
 }
@@ -689,7 +760,7 @@ __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int
 struct Consumer {
   Ring ring;
   int64_t tile = 0;  // the next tile to consume
-  float* xs;         // the stage's input
+  float* xs;         // the stage's input (in T; Attend's work space in fp32)
   float* red;        // the stage's sums (TileDots)
   float* squares;    // the stage's input's sums of squares (LoadInput)
   float* side;       // biases and residuals of the stage's rows (LoadInput)
@@ -738,19 +809,21 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   if (j0 >= j1) return;
   PhaseClock clock = StageClock(c.profile, s == kStageQkv ? 0 : s + 1);
   clock.Start();
+  T* xs = reinterpret_cast<T*>(c.xs);
+  const int pitch = static_cast<int>(p.pitch[s] / sizeof(T));
   if constexpr (HD > 0)
-    LoadAttention<T, HD>(a, g, n, j0, j1, chunks, c.xs, c.side);
+    LoadAttention<T, HD>(a, g, n, j0, j1, chunks, pitch, xs, c.side);
   else
-    LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, c.xs, c.side, c.squares);
+    LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares);
   clock.Lap(0);
-  const int splits = p.splits[s];
+  const int splits = p.splits[s], shift = 31 - __clz(splits);
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
     const int rows = static_cast<int>(min(p.tile_rows[s], j1 - r));
     const int q = static_cast<int>(c.tile % kTilesInFlight);
     BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
     clock.Lap(1);
-    TileDots<T, kSwiGlu>(g, static_cast<int>(r - j0), rows, splits,
-                         reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), c.xs, c.red);
+    TileDots<T>(static_cast<int>(g.batch), static_cast<int>(g.k), kSwiGlu ? 2 : 1, static_cast<int>(r - j0), rows,
+                shift, reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), pitch, xs, c.red);
     __syncwarp();
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     clock.Lap(2);
@@ -819,7 +892,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q], 1), BarrierInit(&tile_freed[q], kWarps);
   __syncthreads();                // the last one of the whole block
   if (threadIdx.x >= kThreads) {  // the copying warp
-    if (threadIdx.x == kThreads) Producer().Run<T>(a, p, c.ring, c.profile ? c.profile + kPhaseSlots : nullptr);
+    Producer().Run<T>(a, p, c.ring, c.profile ? c.profile + kPhaseSlots : nullptr);
     return;
   }
   Mark(a, 0, 0);
@@ -871,11 +944,11 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   const int64_t widest = std::max({a.hidden, a.mlp, a.heads * a.head_dim}), grid = MultiprocessorCount();
-  plan->x_floats = std::max<int64_t>(a.batch * widest, kAttendFloats<HD>);
+  const int64_t elem = sizeof(T);
+  plan->x_floats = std::max<int64_t>(a.batch * RowPitch(widest * elem) / 4, kAttendFloats<HD>);
   plan->block_rows = (std::max({a.mlp, a.hidden, (a.heads + 2 * a.kv_heads) * a.head_dim}) + grid - 1) / grid;
   const int64_t fixed = (plan->x_floats + plan->block_rows * (2 + kDecodeMaxRows)) * 4 +
                         a.num_layers * static_cast<int64_t>(sizeof(DecodeLayer));
-  const int64_t elem = sizeof(T);
   const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
   const int64_t k[kStages] = {a.hidden, a.heads * a.head_dim, a.hidden, a.mlp};
   const int M[kStages] = {1, 1, 2, 1};
@@ -889,12 +962,13 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
     const int64_t tile_cap = plan->ring_bytes / 4;
     int64_t red = 0;
     for (int s = 0; s < kStages; ++s) {
-      const int64_t unit = M[s] * k[s] * elem;  // a row's bytes
+      plan->pitch[s] = RowPitch(k[s] * elem);
+      const int64_t unit = M[s] * plan->pitch[s];  // an output row's bytes in the ring
       if (unit > tile_cap) return false;
       const int64_t block_rows = (n[s] + grid - 1) / grid;
       const int64_t tiles = (block_rows * unit + tile_cap - 1) / tile_cap;
       plan->tile_rows[s] = std::min<int64_t>((block_rows + tiles - 1) / tiles, tile_cap / unit);
-      plan->splits[s] = Splits(plan->tile_rows[s], k[s] * elem / 16, M[s]);
+      plan->splits[s] = Splits(plan->tile_rows[s], k[s], elem, M[s]);
       red = std::max(red, block_rows * plan->splits[s] * M[s] * kDecodeMaxRows);
     }
     if (red <= plan->red_floats) break;
