@@ -75,6 +75,8 @@ def main():
     ap.add_argument("--decode-kernels", nargs="*", default=[], choices=["fused", "persistent"],
                     help="also time cuda-agent with these decode kernels (up to 8 rows; larger batches use ATen)")
     ap.add_argument("--profile", action="store_true", help="add cuda-agent's GPU time per kernel over 64 steps")
+    ap.add_argument("--overlap", action="store_true",
+                    help="cuda-agent launches each decode step before reading the last one's tokens")
     ap.add_argument("--out")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -87,6 +89,8 @@ def main():
         cmd += ["--batch", str(b)]
     if args.profile:
         cmd += ["--profile"]
+    if args.overlap:
+        cmd += ["--overlap"]
     subprocess.run(cmd, check=True)
     ours = {r["batch"]: r for r in json.load(open(ours_json))}
     eager = {}

@@ -43,8 +43,10 @@ int main(int argc, char** argv) {
                  "the last two for up to 8 rows on CUDA")
       ->check(CLI::IsMember({"aten", "fused", "persistent"}));
   app.add_option("--json", json_path, "write results here");
-  bool profile = false;
+  bool profile = false, overlap = false;
   app.add_flag("--profile", profile, "add GPU time per kernel over 64 more decode steps to each row");
+  app.add_flag("--overlap", overlap,
+               "launch each decode step before the last one's tokens are read (GeneratorOptions)");
   CLI11_PARSE(app, argc, argv);
 
   model::LoadOptions lo;
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
     // one: CUDA graphs captured in the warm-up are replayed in the timed run.
     model::GeneratorOptions options{b, prompt_len + new_tokens + 1, 0};
     options.cuda_graphs = cuda_graphs;
+    options.overlap = overlap;
     options.decode_kernels = decode_kernels == "fused"        ? model::DecodeKernels::kFused
                              : decode_kernels == "persistent" ? model::DecodeKernels::kPersistent
                                                               : model::DecodeKernels::kAten;
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
     const auto& stats = gen.stats();
     double decoded = static_cast<double>(b * (new_tokens - 1));
     nlohmann::json row = {{"batch", b},
+                          {"overlap", overlap},
                           {"prompt_len", prompt_len},
                           {"new_tokens", new_tokens},
                           {"prefill_s", p},

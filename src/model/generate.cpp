@@ -11,6 +11,7 @@
 #include "cuda_agent/model/fused_ops.h"
 
 #ifdef CUDA_AGENT_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -29,6 +30,19 @@ struct Generator::Slot {
   std::string finish_reason;
   int64_t reused = 0;
   uint64_t last_used = 0;
+};
+
+// A decode step launched with `overlap`: row b decoded slot slots[b] for
+// request ids[b]; its tokens and logprobs are in `picks` on the device and,
+// once `copied` completes, in `host`. fed[b]: the next launched step took
+// row b's token as its input (its key and value are cached).
+struct Generator::InFlight {
+  std::vector<int64_t> slots, ids;
+  std::vector<uint8_t> fed;
+  at::Tensor picks, host;
+#ifdef CUDA_AGENT_WITH_CUDA
+  at::cuda::CUDAEvent copied;
+#endif
 };
 
 namespace {
@@ -74,10 +88,11 @@ Generator::Generator(const Transformer& model, std::shared_ptr<const tokenizer::
 #endif
   if (slot_decode_) {
     auto on = at::TensorOptions().device(lo.device);
-    // Row 0: token ids, row 1: positions; filled from pinned host memory by one copy a step.
-    decode_inputs_ = at::zeros({2, options.max_batch}, on.dtype(at::kLong));
+    // Rows: token ids, positions, the fed slots, their rows (DecodeRunning);
+    // filled from pinned host memory by one copy a step.
+    decode_inputs_ = at::zeros({4, options.max_batch}, on.dtype(at::kLong));
     decode_host_ =
-        at::zeros({2, options.max_batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(lo.device.is_cuda()));
+        at::zeros({2, 4, options.max_batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(lo.device.is_cuda()));
     decode_logits_ = at::empty({options.max_batch, model.config().vocab_size}, on.dtype(lo.dtype));
     graphs_ = std::make_unique<Graphs>();
   }
@@ -94,7 +109,7 @@ int64_t Generator::Submit(GenerationRequest request) {
 }
 
 bool Generator::Idle() const {
-  if (!queue_.empty()) return false;
+  if (!queue_.empty() || in_flight_) return false;
   return std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->running; });
 }
 
@@ -104,6 +119,7 @@ void Generator::Release(const std::string& cache_key) {
 }
 
 void Generator::ResetCache() {
+  TORCH_CHECK(!in_flight_, "ResetCache() with a decode step in flight: step until the generator is idle first");
   for (auto& s : slots_) {
     s->cached.clear();
     if (!s->running) s->request.cache_key.clear();
@@ -240,8 +256,7 @@ at::Tensor Generator::SampleWithAten(const at::Tensor& logits_in, std::vector<do
   return at::stack({tokens.to(at::kFloat), logprobs});
 }
 
-void Generator::SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
-                                std::vector<GenerationResult>* finished) {
+at::Tensor Generator::Sample(const at::Tensor& logits, const std::vector<int64_t>& slot_ids) {
   const int64_t B = static_cast<int64_t>(slot_ids.size()), V = logits.size(1);
   TORCH_CHECK(V <= (int64_t{1} << 24), "vocabularies past 2^24 tokens are not supported");
   std::vector<double> temps(B), top_ps(B);  // temperature 0: greedy
@@ -255,21 +270,25 @@ void Generator::SampleAndAppend(const at::Tensor& logits, const std::vector<int6
   const bool filtered = std::any_of(top_ks.begin(), top_ks.end(), [&](int64_t k) { return k < V; }) ||
                         std::any_of(top_ps.begin(), top_ps.end(), [](double p) { return p < 1.0; });
   // [2, B]: token ids (exact in float32 below 2^24), then their logprobs; one transfer.
-  at::Tensor picks = logits.is_cuda() && HaveFusedKernels() && !filtered
-                         ? SampleTokens(logits, temps, rng_)
-                         : SampleWithAten(logits, temps, top_ps, top_ks, filtered);
-  at::Tensor host = picks.to(at::kCPU);
+  return logits.is_cuda() && HaveFusedKernels() && !filtered ? SampleTokens(logits, temps, rng_)
+                                                             : SampleWithAten(logits, temps, top_ps, top_ks, filtered);
+}
+
+void Generator::SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
+                                std::vector<GenerationResult>* finished) {
+  const int64_t B = static_cast<int64_t>(slot_ids.size());
+  at::Tensor host = Sample(logits, slot_ids).to(at::kCPU);
   const float* tok = host.data_ptr<float>();
-  const float* lp = tok + B;
-  for (int64_t b = 0; b < B; ++b) {
-    Slot& s = *slots_[slot_ids[b]];
-    s.generated.push_back(static_cast<int32_t>(tok[b]));
-    s.logprobs.push_back(lp[b]);
-    ++stats_.generated_tokens;
-    if (Finished(s)) {
-      finished->push_back({s.id, s.generated, s.logprobs, s.finish_reason, s.reused});
-      s.running = false;
-    }
+  for (int64_t b = 0; b < B; ++b) Append(*slots_[slot_ids[b]], static_cast<int32_t>(tok[b]), tok[B + b], finished);
+}
+
+void Generator::Append(Slot& s, int32_t token, float logprob, std::vector<GenerationResult>* finished) {
+  s.generated.push_back(token);
+  s.logprobs.push_back(logprob);
+  ++stats_.generated_tokens;
+  if (Finished(s)) {
+    finished->push_back({s.id, s.generated, s.logprobs, s.finish_reason, s.reused});
+    s.running = false;
   }
 }
 
@@ -293,22 +312,36 @@ bool Generator::Finished(Slot& s) {
   return !s.finish_reason.empty();
 }
 
-std::vector<GenerationResult> Generator::Step() {
-  c10::InferenceMode inference;
-  std::vector<GenerationResult> finished;
-  Admit(&finished);
-  // Requests that ended at admission (empty or too long, or done after one token).
+std::vector<int64_t> Generator::Running(std::vector<GenerationResult>* finished) {
   std::vector<int64_t> running;
   for (int64_t i = 0; i < static_cast<int64_t>(slots_.size()); ++i) {
     Slot& s = *slots_[i];
     if (!s.running) continue;
-    if (!s.finish_reason.empty()) {
-      finished.push_back({s.id, s.generated, s.logprobs, s.finish_reason, s.reused});
+    if (!s.finish_reason.empty()) {  // ended at admission: empty or too long
+      finished->push_back({s.id, s.generated, s.logprobs, s.finish_reason, s.reused});
       s.running = false;
       continue;
     }
     running.push_back(i);
   }
+  return running;
+}
+
+std::vector<GenerationResult> Generator::Step() {
+  c10::InferenceMode inference;
+  std::vector<GenerationResult> finished;
+  if (options_.overlap && slot_decode_) {
+    // The next step first, fed on the device; then the last step's tokens;
+    // then new requests, which decode from the next Step().
+    std::vector<int64_t> running = Running(&finished);
+    std::unique_ptr<InFlight> next = running.empty() ? nullptr : Launch(running);
+    if (in_flight_) Complete(*in_flight_, &finished);
+    in_flight_ = std::move(next);
+    Admit(&finished);
+    return finished;
+  }
+  Admit(&finished);
+  std::vector<int64_t> running = Running(&finished);
   if (running.empty()) return finished;
   const c10::Device device = model_.options().device;
   const int64_t B = static_cast<int64_t>(running.size());
@@ -331,15 +364,73 @@ std::vector<GenerationResult> Generator::Step() {
   return finished;
 }
 
+std::unique_ptr<Generator::InFlight> Generator::Launch(const std::vector<int64_t>& running) {
+  const int64_t B = static_cast<int64_t>(running.size());
+  auto step = std::make_unique<InFlight>();
+  step->slots = running;
+  step->fed.assign(running.size(), 0);
+  std::vector<int64_t> ids(B), positions(B), fed, fed_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    Slot& s = *slots_[running[b]];
+    step->ids.push_back(s.id);
+    positions[b] = static_cast<int64_t>(s.cached.size());
+    s.last_used = ++clock_;
+    // The token to feed: the launched step's for this sequence, on the
+    // device; else the last appended one (the first after a prefill).
+    int64_t row = -1;
+    for (size_t r = 0; in_flight_ && r < in_flight_->slots.size(); ++r)
+      if (in_flight_->slots[r] == running[b] && in_flight_->ids[r] == s.id) row = static_cast<int64_t>(r);
+    if (row >= 0) {
+      in_flight_->fed[static_cast<size_t>(row)] = 1;  // cached once its value is read (Complete)
+      fed.push_back(running[b]);
+      fed_rows.push_back(row);
+    } else {
+      ids[b] = s.generated.back();
+      s.cached.push_back(s.generated.back());
+    }
+  }
+  at::Tensor logits =
+      DecodeRunning(running, ids, positions, fed, fed_rows, in_flight_ ? in_flight_->picks : at::Tensor());
+  ++stats_.decode_steps;
+  step->picks = Sample(logits, running);
+  step->host = at::empty(step->picks.sizes(), step->picks.options().device(at::kCPU).pinned_memory(logits.is_cuda()));
+  step->host.copy_(step->picks, /*non_blocking=*/true);
+#ifdef CUDA_AGENT_WITH_CUDA
+  if (logits.is_cuda()) step->copied.record();
+#endif
+  return step;
+}
+
+void Generator::Complete(InFlight& step, std::vector<GenerationResult>* finished) {
+#ifdef CUDA_AGENT_WITH_CUDA
+  if (step.picks.is_cuda()) step.copied.synchronize();
+#endif
+  const int64_t B = static_cast<int64_t>(step.slots.size());
+  const float* tok = step.host.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    Slot& s = *slots_[step.slots[b]];
+    // A sequence that ended in the step before: this row's token is not its.
+    if (!s.running || s.id != step.ids[b] || !s.finish_reason.empty()) continue;
+    const auto token = static_cast<int32_t>(tok[b]);
+    if (step.fed[b]) s.cached.push_back(token);
+    Append(s, token, tok[B + b], finished);
+  }
+}
+
 at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const std::vector<int64_t>& ids,
-                                    const std::vector<int64_t>& positions) {
+                                    const std::vector<int64_t>& positions, const std::vector<int64_t>& fed,
+                                    const std::vector<int64_t>& fed_rows, const at::Tensor& picks) {
   // Every slot up to the highest running one decodes; idle rows write at
   // position max_seq_len - 1, which no sequence ever reads (prompts and
   // generated tokens stop one short of it).
   int64_t rows = 1;
   while (rows < running.back() + 1) rows *= 2;
   rows = std::min(rows, options_.max_batch);
-  int64_t* host = decode_host_.data_ptr<int64_t>();  // the last step's copy is done: its logits were read
+  // The staging buffers take turns: this one's last copy was two steps ago,
+  // before the last step whose tokens were read.
+  at::Tensor staging = decode_host_[host_turn_];
+  host_turn_ ^= 1;
+  int64_t* host = staging.data_ptr<int64_t>();
   const int64_t stride = options_.max_batch;
   std::fill(host, host + rows, 0);
   std::fill(host + stride, host + stride + rows, options_.max_seq_len - 1);
@@ -349,8 +440,15 @@ at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const s
     host[stride + running[b]] = positions[b];
     span = std::max(span, positions[b] + 1);
   }
+  std::copy(fed.begin(), fed.end(), host + 2 * stride);
+  std::copy(fed_rows.begin(), fed_rows.end(), host + 3 * stride);
   span = std::min((span + 127) / 128 * 128, options_.max_seq_len);
-  decode_inputs_.narrow(1, 0, rows).copy_(decode_host_.narrow(1, 0, rows), /*non_blocking=*/true);
+  const int64_t n = static_cast<int64_t>(fed.size());
+  decode_inputs_.copy_(staging, /*non_blocking=*/true);
+  if (n > 0) {
+    at::Tensor tokens = picks[0].index_select(0, decode_inputs_[3].narrow(0, 0, n)).to(at::kLong);
+    decode_inputs_[0].index_copy_(0, decode_inputs_[2].narrow(0, 0, n), tokens);
+  }
   at::Tensor logits = DecodeSlots(rows, span);
   if (static_cast<int64_t>(running.size()) == rows) return logits;
   return logits.index_select(0, at::tensor(running, at::kLong).to(logits.device()));

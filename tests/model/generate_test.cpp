@@ -213,5 +213,61 @@ TEST(GeneratorTest, StopTokensStopStringsAndLimitsEndSequences) {
   EXPECT_TRUE(r[3].tokens.empty());
 }
 
+// Overlapped steps (each launched before the last one's tokens are read)
+// give what plain steps give: through continuous batching with admissions,
+// stop tokens and strings, the length and context limits, and a next turn
+// whose prefix is cached (one token more of it: the first turn's last token
+// was fed to a step launched before its sequence was seen to end).
+TEST(GeneratorTest, OverlappedStepsGiveWhatPlainStepsGive) {
+  Fixture f = Load();
+  auto tok = tokenizer::Tokenizer::Load(ModelFixtureDir() / "qwen3").value();
+  const auto& cont = f.continuations[0];
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < f.prompts.size(); ++i) requests.push_back(Greedy(f.prompts[i], 4 + 3 * i));
+  requests.push_back(Greedy(f.prompts[0], 1));  // ends at its prefill
+  requests.push_back(Greedy(f.prompts[0], 12));
+  requests.back().sampling.stop_token_ids = {cont[2]};
+  requests.push_back(Greedy(f.prompts[0], 12));
+  requests.back().sampling.stop_strings = {tok->Decode({cont[1], cont[2]})};
+  requests.push_back(Greedy(f.prompts[0], 100));               // up to the context limit
+  requests.push_back(Greedy(std::vector<int32_t>(40, 3), 4));  // too long
+  requests.push_back(Greedy(f.prompts[1], 8));
+  requests.back().sampling.temperature = 0.9;  // drawn: the streams differ, the lengths not
+  for (int64_t max_batch : {int64_t{2}, int64_t{4}}) {
+    GeneratorOptions plain{max_batch, 40, 0};
+    plain.slot_decode = true;
+    GeneratorOptions overlapped = plain;
+    overlapped.overlap = true;
+    Generator a(*f.model, tok, plain), b(*f.model, tok, overlapped);
+    auto want = a.Generate(requests);
+    auto got = b.Generate(requests);
+    EXPECT_TRUE(b.Idle());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const std::string what = "batch " + std::to_string(max_batch) + " request " + std::to_string(i);
+      EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << what;
+      ASSERT_EQ(got[i].tokens.size(), want[i].tokens.size()) << what;
+      if (requests[i].sampling.temperature > 0) continue;
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << what;
+      for (size_t t = 0; t < got[i].tokens.size(); ++t) EXPECT_NEAR(got[i].logprobs[t], want[i].logprobs[t], 1e-4);
+    }
+    EXPECT_EQ(b.stats().generated_tokens, a.stats().generated_tokens);
+    GenerationRequest first = Greedy(f.prompts[0], 6);
+    first.cache_key = "trajectory";
+    const int64_t a_steps = a.stats().decode_steps, b_steps = b.stats().decode_steps;
+    auto turn = b.Generate({first})[0];
+    EXPECT_EQ(turn.tokens, a.Generate({first})[0].tokens);
+    // One step more: launched for the token that ended the sequence.
+    EXPECT_EQ(b.stats().decode_steps - b_steps, a.stats().decode_steps - a_steps + 1);
+    GenerationRequest next = first;
+    next.prompt.insert(next.prompt.end(), turn.tokens.begin(), turn.tokens.end());
+    next.prompt.push_back(5);
+    const auto n = static_cast<int64_t>(next.prompt.size());
+    auto plain_next = a.Generate({next})[0], overlapped_next = b.Generate({next})[0];
+    EXPECT_EQ(plain_next.reused_prefix, n - 2);  // the first turn's last token was never fed
+    EXPECT_EQ(overlapped_next.reused_prefix, n - 1);
+    EXPECT_EQ(overlapped_next.tokens, plain_next.tokens);
+  }
+}
+
 }  // namespace
 }  // namespace cuda_agent::model

@@ -63,6 +63,12 @@ struct GeneratorOptions {
   bool slot_decode = false;
   // On CUDA, how decode steps run (Transformer::Decode).
   DecodeKernels decode_kernels = DecodeKernels::kAten;
+  // With slot decode (CUDA graphs, or slot_decode): each Step() launches the
+  // next decode step before it reads the last one's tokens, which feed it on
+  // the device, so the GPU does not wait for the host between steps. A
+  // sequence that ended in the last step drops the token drawn for it in the
+  // next; results come back one Step() later.
+  bool overlap = false;
 };
 
 struct GeneratorStats {
@@ -97,20 +103,36 @@ class Generator {
 
  private:
   struct Slot;
+  struct InFlight;
   void Admit(std::vector<GenerationResult>* finished);
-  // Samples one token per row of `logits` [B, V] for the sequences in
-  // `slots`: one kernel on CUDA (SampleTokens) unless a row asks for top-k or
-  // top-p, which SampleWithAten serves.
+  // [2, B] fp32 on the logits' device: one token per row of `logits` [B, V]
+  // for the sequences in `slot_ids` (their ids, then their logprobs): one
+  // kernel on CUDA (SampleTokens) unless a row asks for top-k or top-p, which
+  // SampleWithAten serves.
+  at::Tensor Sample(const at::Tensor& logits, const std::vector<int64_t>& slot_ids);
+  // Sample, then each sequence's token appended on the host.
   void SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
                        std::vector<GenerationResult>* finished);
+  // Appends a sampled token to `slot`'s sequence; ended sequences go to `finished`.
+  void Append(Slot& slot, int32_t token, float logprob, std::vector<GenerationResult>* finished);
+  // The running slots, in order; those that ended at admission go to `finished`.
+  std::vector<int64_t> Running(std::vector<GenerationResult>* finished);
+  // Step() with `overlap`: the decode step of `running`, launched and sampled
+  // on the device, its tokens on their way to the host.
+  std::unique_ptr<InFlight> Launch(const std::vector<int64_t>& running);
+  // Waits for a launched step's tokens and appends them.
+  void Complete(InFlight& step, std::vector<GenerationResult>* finished);
   // [2, B] fp32 on the logits' device: the tokens, then their logprobs;
   // temperature 0 is greedy; `filtered`: some row has top-k or top-p.
   at::Tensor SampleWithAten(const at::Tensor& logits, std::vector<double> temperatures,
                             const std::vector<double>& top_ps, const std::vector<int64_t>& top_ks, bool filtered);
   bool Finished(Slot& slot);
-  // Logits [B, V] of one decode step for the running slots, through DecodeSlots.
+  // Logits [B, V] of one decode step for the running slots, through
+  // DecodeSlots. The slots `fed` take their id on the device, from row
+  // fed_rows[i] of `picks` (a launched step's Sample), not from `ids`.
   at::Tensor DecodeRunning(const std::vector<int64_t>& running, const std::vector<int64_t>& ids,
-                           const std::vector<int64_t>& positions);
+                           const std::vector<int64_t>& positions, const std::vector<int64_t>& fed = {},
+                           const std::vector<int64_t>& fed_rows = {}, const at::Tensor& picks = {});
   // Logits [rows, V] of one decode step over slots 0..rows-1, whose ids and
   // positions are in decode_inputs_: a graph replay on CUDA.
   at::Tensor DecodeSlots(int64_t rows, int64_t span);
@@ -128,9 +150,13 @@ class Generator {
   uint64_t clock_ = 0;  // for least-recently-used slot choice
   at::Generator rng_;
   GeneratorStats stats_;
-  bool slot_decode_ = false;                  // decode runs over leading slots (CUDA graphs)
-  at::Tensor decode_inputs_, decode_logits_;  // the graphs' fixed inputs (ids; positions) and output
-  at::Tensor decode_host_;                    // pinned staging for decode_inputs_
+  bool slot_decode_ = false;  // decode runs over leading slots (CUDA graphs)
+  // The graphs' fixed inputs (ids; positions; then the fed slots and their
+  // rows, see DecodeRunning) and output.
+  at::Tensor decode_inputs_, decode_logits_;
+  at::Tensor decode_host_;  // [2, 4, max_batch] pinned staging for decode_inputs_, used in turn
+  int64_t host_turn_ = 0;
+  std::unique_ptr<InFlight> in_flight_;  // overlap: the step launched, its tokens not yet read
   struct Graphs;
   std::unique_ptr<Graphs> graphs_;
 };
