@@ -851,12 +851,14 @@ __device__ __noinline__ void PrefetchLayer(const DecodeLayersArgs& a, const Deco
   }
 }
 
-// The attention of `layer` as DecodeAttention's arguments.
+// The attention of `layer` as DecodeAttention's arguments; `positions`: a's,
+// in shared memory.
 template <int HD>
-__device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const DecodeLayer& layer) {
+__device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const DecodeLayer& layer,
+                                              const int64_t* positions) {
   DecodeAttentionArgs att;
   att.qkv = a.qkv, att.batch = a.batch, att.heads = a.heads, att.kv_heads = a.kv_heads, att.head_dim = HD;
-  att.max_len = a.max_len, att.span = a.span, att.positions = a.positions, att.inv_freq = a.inv_freq;
+  att.max_len = a.max_len, att.span = a.span, att.positions = positions, att.inv_freq = a.inv_freq;
   att.q_norm = layer.q_norm, att.k_norm = layer.k_norm, att.eps = a.eps, att.scale = a.scale;
   att.k_cache = layer.k_cache, att.v_cache = layer.v_cache;
   att.partial = a.partial;
@@ -871,6 +873,9 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   __shared__ int tile_offset[kTilesInFlight];
   __shared__ float squares[kWarps * kDecodeMaxRows];
   __shared__ unsigned long long profile[kProfileSlots];
+  // Read once: each layer's attention starts from them (a global load would
+  // be an L2 round trip before its first key load).
+  __shared__ int64_t positions[kDecodeMaxRows];
   // Shared memory: the ring, the stage inputs (or the attention's work
   // space), the stage sums, the side elements, the layers' descriptors
   // (8-byte aligned).
@@ -881,6 +886,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   c.squares = squares;
   c.profile = BlockProfile(a, profile);
   if (threadIdx.x < kProfileSlots) profile[threadIdx.x] = 0;
+  if (threadIdx.x < a.batch) positions[threadIdx.x] = a.positions[threadIdx.x];
   DecodeLayer* layers = reinterpret_cast<DecodeLayer*>(c.side + p.block_rows * (2 + kDecodeMaxRows));
   c.ring = {layers, shared, tile_done, tile_freed, tile_offset};
   {
@@ -906,7 +912,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   PrefetchLayer<T>(a, layers[0]);
   for (int64_t l = 0; l < a.num_layers; ++l) {
     if (l + 1 < a.num_layers) PrefetchLayer<T>(a, layers[l + 1]);
-    const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l]);
+    const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
     // This block's cached keys and values of the layer, into L2 meanwhile.
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x)
       PrefetchKeys<T, HD>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks);
@@ -934,8 +940,11 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
 // The launch's shared memory: the stage inputs (or the attention's work
 // space), the stage sums, and a ring of what is left, whose tiles are at
 // most a quarter of it so that several are in flight (smaller tiles leave
-// warps without rows: an eighth was slower). False where a tile of
-// one output row would not fit.
+// warps without rows: an eighth was slower), except that a stage whose rows
+// of a block fit in half of it is one tile: the tensor cores take 16 rows at
+// a time, and two tiles of a few rows each would take two passes over k
+// (the down projection's 7 rows a block at Qwen2.5-0.5B's shape). False
+// where a tile of one output row would not fit.
 template <typename T, int HD>
 bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes) {
   cudaFuncAttributes attributes{};
@@ -967,7 +976,9 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
       if (unit > tile_cap) return false;
       const int64_t block_rows = (n[s] + grid - 1) / grid;
       const int64_t tiles = (block_rows * unit + tile_cap - 1) / tile_cap;
-      plan->tile_rows[s] = std::min<int64_t>((block_rows + tiles - 1) / tiles, tile_cap / unit);
+      plan->tile_rows[s] = block_rows * unit <= plan->ring_bytes / 2
+                               ? block_rows
+                               : std::min<int64_t>((block_rows + tiles - 1) / tiles, tile_cap / unit);
       plan->splits[s] = Splits(plan->tile_rows[s], k[s], elem, M[s]);
       red = std::max(red, block_rows * plan->splits[s] * M[s] * kDecodeMaxRows);
     }
