@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
                 wait[s]);
     std::printf("    phases (thread 0) %s %5.2f  %s %5.2f  %s %5.2f  %s %5.2f us\n", s == 1 ? "heads" : "input",
                 phases[4 * s], s == 1 ? "keys" : "weights", phases[4 * s + 1], s == 1 ? "softmax" : "dots",
-                phases[4 * s + 2], s == 1 ? "barrier" : "outputs", phases[4 * s + 3]);
+                phases[4 * s + 2], s == 1 ? "merge" : "outputs", phases[4 * s + 3]);
     breakdown.back()["phases_us"] = {phases[4 * s], phases[4 * s + 1], phases[4 * s + 2], phases[4 * s + 3]};
     if (s != 1) {
       std::printf("    its weight copies waited %5.2f us for room in the ring\n", ring_full[s]);

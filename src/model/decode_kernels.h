@@ -92,13 +92,16 @@ struct DecodeLayersArgs {
   const int64_t* positions = nullptr;
   const float* inv_freq = nullptr;
   void* h = nullptr;
-  // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], act [batch,
-  // mlp]; partial as for DecodeAttention, over
-  // DecodeLayersAttentionChunks(span, head_dim) chunks (the o stage merges
-  // them as it reads them); barrier: one zero.
+  // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], attn [batch,
+  // heads * head_dim], act [batch, mlp]; partial as for DecodeAttention, over
+  // DecodeLayersAttentionChunks(span, head_dim) chunks, merged into attn by
+  // the last block of each (row, key head), counted in `counters` (batch *
+  // kv_heads zeros; the kernel leaves them zero); barrier: one zero.
   void* qkv = nullptr;
+  void* attn = nullptr;
   void* act = nullptr;
   float* partial = nullptr;
+  unsigned* counters = nullptr;
   unsigned* barrier = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier
@@ -106,7 +109,8 @@ struct DecodeLayersArgs {
   // per stage (5) the cycles of 4 phases of its thread 0's work, summed over
   // the layers (zero before the launch). GEMV: input, waiting for weights,
   // dot products, outputs; attention: the new token's heads, the chunk's
-  // keys and values in shared memory, the softmax, the barrier after it.
+  // keys and values in shared memory, the softmax, the count of finished
+  // chunks and (in the last block of a key head) their merge.
   // Then per GEMV stage (4) the cycles its copying warp waited for room in
   // the ring before issuing that stage's tiles. DecodeTimelineSize values.
   unsigned long long* timeline = nullptr;

@@ -12,9 +12,9 @@
 // weights' type; the warps take a tile's dot products on the tensor cores
 // (16-bit weights: mma.sync, the batch rows as one side of the product) or
 // four rows at a time (fp32), with no block barrier until the stage's
-// outputs. The attention splits the keys
-// into chunks of 32, a block per chunk and a warp per query head; the o
-// stage merges the chunks as it reads its input.
+// outputs. The attention splits the keys into chunks of 32, a block per
+// chunk and a warp per query head; the last block of each key head to
+// finish merges the chunks for the o stage.
 //
 // At batch 1 the kernel is bound by latency, not bandwidth: each stage's
 // input is a round trip through L2 after a grid barrier, and only 8
@@ -129,7 +129,7 @@ __device__ inline DecodeGemvArgs StageGemv(const DecodeLayersArgs& a, int s, con
     g.m[0] = layer.q, g.m[1] = layer.k, g.m[2] = layer.v;
     *n = layer.q.rows + layer.k.rows + layer.v.rows;
   } else if (s == kStageOut) {
-    g.k = a.heads * a.head_dim, g.m[0] = layer.o, g.residual = a.h, g.y = a.h;  // x: LoadAttention
+    g.x = a.attn, g.k = a.heads * a.head_dim, g.m[0] = layer.o, g.residual = a.h, g.y = a.h;
     *n = a.hidden;
   } else if (s == kStageGateUp) {
     g.x = a.h, g.k = a.hidden, g.norm_weight = layer.post_norm, g.swiglu = true, g.y = a.act;
@@ -371,8 +371,8 @@ __device__ inline float WarpMax(float v) {
 // chunk's keys and values are staged in shared memory as fp32, and a warp's
 // softmax over the chunk needs only warp shuffles. Each (chunk, head) leaves
 // a partial softmax in `partial` (per chunk: kDecodeMaxGroup maxima, as many
-// sums, kDecodeMaxGroup x HD unnormalised outputs), which the o stage merges
-// as it reads its input.
+// sums, kDecodeMaxGroup x HD unnormalised outputs), which the last block of
+// the key head merges (MergeAttention).
 
 // Shared memory of Attend: the keys (rows padded by 4 floats, so that lanes
 // reading different keys hit different banks), the values, the queries.
@@ -534,23 +534,32 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
 
 constexpr int kMergeChunks = 16;
 
-// The o stage's input: the attention output [batch, heads * HD], merged
-// from the chunks' partial softmaxes (Attend), into xs in T as LoadInput
-// stores; `side` as LoadInput. A thread per 4 elements of a head
-// merges kMergeChunks chunks at once: their loads all in flight together.
+// After the chunks of (row b, key head g): the last block to finish one
+// (counted in a.counters) merges all of their partial softmaxes (Attend) into
+// a.attn [batch, heads * HD] in T, once for the grid; the o stage reads
+// that as it reads any input, not every chunk's partials in every block.
+// A thread per 4 elements of a head merges kMergeChunks chunks at once: their
+// loads all in flight together. `merging`: an int of shared memory.
 template <typename T, int HD>
-__device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1,
-                              int64_t chunks, int pitch, T* xs, float* side) {
+__device__ void MergeAttention(const DecodeLayersArgs& a, int64_t b, int64_t g, int64_t chunks, int* merging) {
   constexpr int G = kDecodeMaxGroup, E = 4, C = kMergeChunks;
-  const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
-  const int rows = static_cast<int>(j1 - j0), batch = static_cast<int>(a.batch), sides = rows * (2 + batch);
+  __threadfence();  // this block's partials before its count
+  SyncAttentionThreads();
+  const int64_t bg = b * a.kv_heads + g;
+  if (threadIdx.x == 0) {
+    *merging = atomicAdd(a.counters + bg, 1u) == static_cast<unsigned>(chunks - 1);
+    if (*merging) a.counters[bg] = 0;  // ready for the next layer, a grid barrier away
+  }
+  SyncAttentionThreads();
+  if (!*merging) return;
+  __threadfence();  // the other blocks' partials after their counts
+  const int group = static_cast<int>(a.heads / a.kv_heads);
   const int64_t chunk_floats = G * (HD + 2);
-  SideElements<T, false> side_elements;
-  side_elements.Load(g, n, j0, rows, sides);
-  for (int i = threadIdx.x; i < batch * heads * HD / E; i += kThreads) {
-    const int bh = i / (HD / E), h = bh % heads, b = bh / heads, d = i % (HD / E) * E;
-    const float* pm = a.partial + (b * a.kv_heads + h / group) * chunks * chunk_floats + h % group;
-    const float* po = pm - h % group + 2 * G + (h % group) * HD + d;
+  const float* partials = a.partial + bg * chunks * chunk_floats;
+  for (int i = threadIdx.x; i < group * HD / E; i += kThreads) {
+    const int h = i / (HD / E), d = i % (HD / E) * E;
+    const float* pm = partials + h;
+    const float* po = partials + 2 * G + h * HD + d;
     float M = -INFINITY, S = 0, O[E] = {};
     for (int64_t c0 = 0; c0 < chunks; c0 += C) {
       float cm[C], cs[C];
@@ -580,10 +589,8 @@ __device__ void LoadAttention(const DecodeLayersArgs& a, const DecodeGemvArgs& g
     Pack<T, E> out;
 #pragma unroll
     for (int e = 0; e < E; ++e) out.v[e] = FromFloat<T>(O[e] / S);
-    *reinterpret_cast<Pack<T, E>*>(xs + b * pitch + h * HD + d) = out;
+    *reinterpret_cast<Pack<T, E>*>(static_cast<T*>(a.attn) + (b * a.heads + g * group + h) * HD + d) = out;
   }
-  side_elements.Store(g, n, j0, rows, sides, side);
-  SyncAttentionThreads();
 }
 
 // A tile's work comes in units, a warp each, over one part of k: with fp32
@@ -799,10 +806,8 @@ __device__ inline PhaseClock StageClock(unsigned long long* profile, int s) {
 
 // Stage s of layer l: this block's rows, tile by tile as they land; each
 // warp releases a tile once done with it, and the outputs follow the last.
-// The o stage (HD > 0) reads its input from the attention's partial results.
-template <typename T, bool kNorm, bool kSwiGlu, int HD = 0>
-__device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t l, Consumer& c,
-                          int64_t chunks = 0) {
+template <typename T, bool kNorm, bool kSwiGlu>
+__device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t l, Consumer& c) {
   int64_t n, j0, j1;
   const DecodeGemvArgs g = StageGemv(a, s, c.ring.layers[l], &n);
   BlockRows(n, &j0, &j1);
@@ -811,10 +816,7 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   clock.Start();
   T* xs = reinterpret_cast<T*>(c.xs);
   const int pitch = static_cast<int>(p.pitch[s] / sizeof(T));
-  if constexpr (HD > 0)
-    LoadAttention<T, HD>(a, g, n, j0, j1, chunks, pitch, xs, c.side);
-  else
-    LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares);
+  LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares);
   clock.Lap(0);
   const int splits = p.splits[s], shift = 31 - __clz(splits);
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
@@ -876,6 +878,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   // Read once: each layer's attention starts from them (a global load would
   // be an L2 round trip before its first key load).
   __shared__ int64_t positions[kDecodeMaxRows];
+  __shared__ int merging;  // MergeAttention's
   // Shared memory: the ring, the stage inputs (or the attention's work
   // space), the stage sums, the side elements, the layers' descriptors
   // (8-byte aligned).
@@ -921,12 +924,13 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
       PhaseClock clock = StageClock(c.profile, 1);
       clock.Start();
-      Attend<T, HD>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks, chunks, c.xs, clock);
-      SyncAttentionThreads();
+      const int64_t b = i / chunks / a.kv_heads, g = i / chunks % a.kv_heads;
+      Attend<T, HD>(att, b, g, i % chunks, chunks, c.xs, clock);
+      MergeAttention<T, HD>(a, b, g, chunks, &merging);
       clock.Lap(3);
     }
     barrier(l, 1, true);
-    GemvStage<T, false, false, HD>(a, p, kStageOut, l, c, chunks);
+    GemvStage<T, false, false>(a, p, kStageOut, l, c);
     barrier(l, 2, true);
     GemvStage<T, true, true>(a, p, kStageGateUp, l, c);
     barrier(l, 3, true);

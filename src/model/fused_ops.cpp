@@ -335,13 +335,16 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.inv_freq = freq.data_ptr<float>();
   a.h = h.data_ptr();
   at::Tensor qkv = at::empty({B, (heads + 2 * kv_heads) * hd}, h.options());
+  at::Tensor attn = at::empty({B, heads * hd}, h.options());
   at::Tensor act = at::empty({B, mlp}, h.options());
   at::Tensor partial = AttentionPartials(B, kv_heads, kernels::DecodeLayersAttentionChunks(span, hd), hd, h.options());
-  at::Tensor barrier = at::zeros({1}, h.options().dtype(at::kInt));
+  at::Tensor counts = at::zeros({1 + B * kv_heads}, h.options().dtype(at::kInt));  // the barrier's, then the merges'
   a.qkv = qkv.data_ptr();
+  a.attn = attn.data_ptr();
   a.act = act.data_ptr();
   a.partial = partial.data_ptr<float>();
-  a.barrier = reinterpret_cast<unsigned*>(barrier.data_ptr<int>());
+  a.barrier = reinterpret_cast<unsigned*>(counts.data_ptr<int>());
+  a.counters = a.barrier + 1;
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
                     timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers),
