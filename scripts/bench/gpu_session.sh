@@ -17,13 +17,12 @@
 #               (sharded and replicated optimizer state)
 #   train       cuda-agent train on the GPU (and on two through torchrun)
 #   profile     decode kernels alone (decode_kernels_bench, with the persistent
-#               kernel's per-stage timeline) and under Nsight Compute
+#               kernel's per-stage timeline) and under Nsight Compute, with the
+#               persistent kernel's per-instruction stall samples summarised
+#               (ncu_source_summary.py)
 #   decode      batch-1 decode tokens/s: ATen, fused and persistent kernels next to
 #               transformers (the quick form of `policy`), then ATen and persistent
 #               with overlapped steps (GeneratorOptions::overlap)
-#   sass        the persistent kernel alone (its per-stage timeline), then Nsight
-#               Compute's per-instruction stall samples of one launch, summarised
-#               (ncu_source_summary.py)
 set -uo pipefail
 out=$1
 shift
@@ -61,15 +60,6 @@ for step in "$@"; do
       python3 scripts/bench/generate.py --build $build --device cuda --batches 1 --decode-kernels persistent \
         --overlap --out "$out/generate_b1_overlap.json" > "$out/generate_b1_overlap.log" 2>&1
       ;;
-    sass)
-      CUDA_AGENT_DECODE_PDL=0 $build/decode_kernels_bench --batch 1 > "$out/decode_kernels.log" 2>&1
-      ncu --kernel-name regex:DecodeLayersKernel --launch-skip 3 --launch-count 1 --section SourceCounters \
-        --section WarpStateStats -o "$out/persistent" $build/decode_kernels_bench --plain --iters 1 \
-        > "$out/ncu_source.log" 2>&1
-      ncu -i "$out/persistent.ncu-rep" --page source --csv --print-source sass > "$out/persistent_sass.csv" &&
-        python3 scripts/bench/ncu_source_summary.py "$out/persistent_sass.csv" > "$out/persistent_sass_summary.txt"
-      rm -f "$out/persistent.ncu-rep"
-      ;;
     learner)
       : > "$out/learner.log"
       for mb in 1 4; do
@@ -101,8 +91,13 @@ for step in "$@"; do
         ncu --kernel-name regex:$kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
           --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
           --section MemoryWorkloadAnalysis --section SourceCounters --section InstructionStats --metrics "$stalls" \
-          $build/decode_kernels_bench --plain --iters 1 >> "$out/ncu.txt" 2>&1
+          -o "$out/$kernel" $build/decode_kernels_bench --plain --iters 1 >> "$out/ncu.txt" 2>&1
+        ncu -i "$out/$kernel.ncu-rep" >> "$out/ncu.txt" 2>&1
       done
+      # The persistent kernel's stall samples per instruction, summarised.
+      ncu -i "$out/DecodeLayersKernel.ncu-rep" --page source --csv --print-source sass > "$out/persistent_sass.csv" &&
+        python3 scripts/bench/ncu_source_summary.py "$out/persistent_sass.csv" > "$out/persistent_sass_summary.txt"
+      rm -f "$out"/*.ncu-rep
       ;;
     train)
       # The training loop on one GPU (fp32, bf16) and, where there are two, on both through torchrun.

@@ -20,25 +20,6 @@ constexpr int kGemvWarps = 8;
 constexpr int64_t kGemvStageBytes = 100 * 1024;
 constexpr int kAttentionChunk = 64;  // key positions per attention block
 
-// The attention output of head h (of its group), element d, from the
-// partial softmaxes of `chunks` chunks at pm (AttendChunk's layout, G heads
-// a chunk): one online merge, loads through L2 (__ldcg: other blocks'
-// writes), none waiting on another.
-__device__ inline float MergeChunks(const float* pm, int64_t chunks, int G, int HD, int h, int d) {
-  float M = -INFINITY, S = 0, O = 0;
-#pragma unroll 4
-  for (int64_t c = 0; c < chunks; ++c) {
-    const float* p = pm + c * G * (HD + 2);
-    const float cm = __ldcg(p + h), cs = __ldcg(p + G + h), co = __ldcg(p + 2 * G + h * HD + d);
-    if (cs == 0) continue;  // a chunk past the row's last position
-    const float M2 = fmaxf(M, cm), fa = expf(M - M2), fb = expf(cm - M2);
-    S = S * fa + cs * fb;
-    O = O * fa + co * fb;
-    M = M2;
-  }
-  return O / S;
-}
-
 // Attention of one new token in blocks of (row b, key head g, chunk z of
 // kPasses * kKeysPerPass<HD> key positions): the group of query heads
 // sharing key head g against the chunk's keys. Chunk 0 writes the new key and
@@ -237,20 +218,8 @@ __device__ void AttendChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, 
   }
   if (chunks == 1) return;
   // The last block of (b, g) to finish merges the chunks.
-  __threadfence();
-  SyncAttentionThreads();
-  if (threadIdx.x == 0) {
-    merging = atomicAdd(a.counters + bg, 1) == chunks - 1;
-    if (merging) a.counters[bg] = 0;  // ready for the next step
-  }
-  SyncAttentionThreads();
-  if (!merging) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < group * HD; i += kAttentionThreads) {
-    const int h = i / HD, d = i % HD;
-    static_cast<T*>(a.out)[b * a.heads * HD + (g * group + h) * HD + d] =
-        FromFloat<T>(MergeChunks(pm, chunks, G, HD, h, d));
-  }
+  if (LastToFinish(a.counters + bg, chunks, &merging, [] { SyncAttentionThreads(); }))
+    MergeChunks<T, HD>(pm, chunks, group, static_cast<T*>(a.out) + (b * a.heads + g * group) * HD);
 }
 
 // Programmatic dependent launch (Hopper): the decode kernels are launched

@@ -101,7 +101,7 @@ struct DecodeLayersArgs {
   void* attn = nullptr;
   void* act = nullptr;
   float* partial = nullptr;
-  unsigned* counters = nullptr;
+  int* counters = nullptr;
   unsigned* barrier = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier

@@ -372,7 +372,7 @@ __device__ inline float WarpMax(float v) {
 // softmax over the chunk needs only warp shuffles. Each (chunk, head) leaves
 // a partial softmax in `partial` (per chunk: kDecodeMaxGroup maxima, as many
 // sums, kDecodeMaxGroup x HD unnormalised outputs), which the last block of
-// the key head merges (MergeAttention).
+// the key head merges (MergeChunks).
 
 // Shared memory of Attend: the keys (rows padded by 4 floats, so that lanes
 // reading different keys hit different banks), the values, the queries.
@@ -530,67 +530,6 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
     for (int e = 0; e < N; ++e) mine[2 * G + h * HD + lane * N + e] = o[e];
   }
   clock.Lap(2);
-}
-
-constexpr int kMergeChunks = 16;
-
-// After the chunks of (row b, key head g): the last block to finish one
-// (counted in a.counters) merges all of their partial softmaxes (Attend) into
-// a.attn [batch, heads * HD] in T, once for the grid; the o stage reads
-// that as it reads any input, not every chunk's partials in every block.
-// A thread per 4 elements of a head merges kMergeChunks chunks at once: their
-// loads all in flight together. `merging`: an int of shared memory.
-template <typename T, int HD>
-__device__ void MergeAttention(const DecodeLayersArgs& a, int64_t b, int64_t g, int64_t chunks, int* merging) {
-  constexpr int G = kDecodeMaxGroup, E = 4, C = kMergeChunks;
-  __threadfence();  // this block's partials before its count
-  SyncAttentionThreads();
-  const int64_t bg = b * a.kv_heads + g;
-  if (threadIdx.x == 0) {
-    *merging = atomicAdd(a.counters + bg, 1u) == static_cast<unsigned>(chunks - 1);
-    if (*merging) a.counters[bg] = 0;  // ready for the next layer, a grid barrier away
-  }
-  SyncAttentionThreads();
-  if (!*merging) return;
-  __threadfence();  // the other blocks' partials after their counts
-  const int group = static_cast<int>(a.heads / a.kv_heads);
-  const int64_t chunk_floats = G * (HD + 2);
-  const float* partials = a.partial + bg * chunks * chunk_floats;
-  for (int i = threadIdx.x; i < group * HD / E; i += kThreads) {
-    const int h = i / (HD / E), d = i % (HD / E) * E;
-    const float* pm = partials + h;
-    const float* po = partials + 2 * G + h * HD + d;
-    float M = -INFINITY, S = 0, O[E] = {};
-    for (int64_t c0 = 0; c0 < chunks; c0 += C) {
-      float cm[C], cs[C];
-      float4 co[C];
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const bool in = c0 + c < chunks;
-        cm[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats) : -INFINITY;
-        cs[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats + G) : 0.f;
-        co[c] = in ? __ldcg(reinterpret_cast<const float4*>(po + (c0 + c) * chunk_floats)) : float4{};
-      }
-      float M2 = M;
-#pragma unroll
-      for (int c = 0; c < C; ++c) M2 = cs[c] > 0 ? fmaxf(M2, cm[c]) : M2;  // sum 0: a chunk without keys
-      const float f = M == -INFINITY ? 0.f : expf(M - M2);
-      S *= f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) O[e] *= f;
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const float w = cs[c] > 0 ? expf(cm[c] - M2) : 0.f;
-        S += cs[c] * w;
-        O[0] += co[c].x * w, O[1] += co[c].y * w, O[2] += co[c].z * w, O[3] += co[c].w * w;
-      }
-      M = M2;
-    }
-    Pack<T, E> out;
-#pragma unroll
-    for (int e = 0; e < E; ++e) out.v[e] = FromFloat<T>(O[e] / S);
-    *reinterpret_cast<Pack<T, E>*>(static_cast<T*>(a.attn) + (b * a.heads + g * group + h) * HD + d) = out;
-  }
 }
 
 // A tile's work comes in units, a warp each, over one part of k: with fp32
@@ -878,7 +817,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   // Read once: each layer's attention starts from them (a global load would
   // be an L2 round trip before its first key load).
   __shared__ int64_t positions[kDecodeMaxRows];
-  __shared__ int merging;  // MergeAttention's
+  __shared__ bool merging;  // LastToFinish's
   // Shared memory: the ring, the stage inputs (or the attention's work
   // space), the stage sums, the side elements, the layers' descriptors
   // (8-byte aligned).
@@ -926,7 +865,12 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       clock.Start();
       const int64_t b = i / chunks / a.kv_heads, g = i / chunks % a.kv_heads;
       Attend<T, HD>(att, b, g, i % chunks, chunks, c.xs, clock);
-      MergeAttention<T, HD>(a, b, g, chunks, &merging);
+      // The last block of (b, g) to finish a chunk merges them, once for the
+      // grid; the o stage reads the merged heads as it reads any input.
+      const int64_t bg = b * a.kv_heads + g, group = a.heads / a.kv_heads;
+      if (LastToFinish(a.counters + bg, chunks, &merging, [] { SyncAttentionThreads(); }))
+        MergeChunks<T, HD>(a.partial + bg * chunks * kDecodeMaxGroup * (HD + 2), chunks, static_cast<int>(group),
+                           static_cast<T*>(a.attn) + (b * a.heads + g * group) * HD);
       clock.Lap(3);
     }
     barrier(l, 1, true);

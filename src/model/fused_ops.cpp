@@ -344,7 +344,7 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.act = act.data_ptr();
   a.partial = partial.data_ptr<float>();
   a.barrier = reinterpret_cast<unsigned*>(counts.data_ptr<int>());
-  a.counters = a.barrier + 1;
+  a.counters = counts.data_ptr<int>() + 1;
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
                     timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers),

@@ -71,6 +71,25 @@ __device__ S BlockMerge(S s) {
   return s;
 }
 
+// Whether this block is the last of `blocks` to get here on `counter`; every
+// thread that calls it gets the answer. What any of them wrote before is
+// visible to the last one's loads through L2 (__ldcg) after. The last one
+// leaves the counter zero, for the next use. sync(): the barrier of the
+// block's threads that call it; `flag`: a bool of shared memory.
+template <typename Sync>
+__device__ bool LastToFinish(int* counter, int64_t blocks, bool* flag, Sync sync) {
+  __threadfence();  // this thread's writes before the count
+  sync();
+  if (threadIdx.x == 0) {
+    *flag = atomicAdd(counter, 1) == blocks - 1;
+    if (*flag) *counter = 0;
+  }
+  sync();
+  const bool last = *flag;
+  if (last) __threadfence();  // the other blocks' writes after their counts
+  return last;
+}
+
 // Calls f(T{}) with the C++ type of `dtype`.
 template <typename F>
 int Dispatch(Dtype dtype, F&& f) {

@@ -104,16 +104,12 @@ __global__ void __launch_bounds__(kSampleThreads)
     }
   }
   pick = BlockMerge<kSampleThreads>(pick);
-  __shared__ bool last;
   if (threadIdx.x == 0) {
     float* mine = work + (row * splits + blockIdx.x) * kPickFloats;
     mine[0] = pick.m, mine[1] = pick.s, mine[2] = pick.key, mine[3] = pick.z, mine[4] = __int_as_float(pick.index);
-    __threadfence();
-    last = atomicAdd(&counters[row], 1) == splits - 1;
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  __shared__ bool last;
+  if (!LastToFinish(&counters[row], splits, &last, [] { __syncthreads(); })) return;
   Pick all;
   if (threadIdx.x < splits) {
     const float* theirs = work + (row * splits + threadIdx.x) * kPickFloats;
@@ -124,7 +120,6 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (threadIdx.x == 0) {
     out[row] = static_cast<float>(all.index);
     out[gridDim.y + row] = all.z - (all.m + logf(all.s));
-    counters[row] = 0;  // ready for the next call
   }
 }
 
