@@ -3,6 +3,7 @@ torch.compile baselines. Candidate code never runs in this process."""
 import os
 
 import torch
+import torch._inductor.config as inductor_config
 
 from . import session
 from .task import Task, TaskError, as_outputs, check_plan, clone_values, scale_inputs
@@ -69,6 +70,11 @@ def run(spec, channel):
         return model
 
     def compiled():
+        # Inductor precompiles its C++ prefix header under the temp directory,
+        # which is private to each evaluation: every CPU compile would rebuild a
+        # header of hundreds of MB (and fill the disk with concurrent ones) to
+        # save less time than building it costs.
+        inductor_config.cpp_cache_precompile_headers = False
         return torch.compile(model)
 
     def run_post(tag, inputs):
