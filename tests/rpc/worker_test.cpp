@@ -69,6 +69,18 @@ class WorkerTest : public ::testing::Test {
 
   kernel_eval::Candidate Load(const std::string& rel) { return kernel_eval::LoadCandidate(kFixtures / rel).value(); }
 
+  // The servers first: they own the workspaces. Then this process's temporary
+  // directories (workspaces, the cancellation test's judge).
+  void TearDown() override {
+    a_.reset(), b_.reset(), judge_.reset();
+    const std::string pid = std::to_string(::getpid());
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ws-test-" + pid + "-", 0) == 0 || name == "cancel-test-" + pid) fs::remove_all(e.path(), ec);
+    }
+  }
+
   std::shared_ptr<kernel_eval::Judge> judge_;
   std::unique_ptr<WorkerServer> a_, b_;
   kernel_eval::Task task_;
@@ -136,7 +148,7 @@ TEST_F(WorkerTest, AKilledWorkersRequestIsFinishedByTheOther) {
 
 TEST_F(WorkerTest, CancellationStopsTheSandboxedProcesses) {
   // A judge of its own, so its sandboxes can be told apart from other tests'.
-  std::string work = "/tmp/cancel-test-" + std::to_string(::getpid());
+  std::string work = (fs::temp_directory_path() / ("cancel-test-" + std::to_string(::getpid()))).string();
   auto config = config::LoadConfig("", {"judge.backend=cpu", std::string("judge.cache_dir=") + CUDA_AGENT_TEST_CACHE,
                                         "judge.static_checks=false", "judge.work_dir=" + work});
   ASSERT_TRUE(config.ok());
