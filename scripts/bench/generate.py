@@ -72,7 +72,7 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=512)
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8)
     ap.add_argument("--without-graphs", action="store_true", help="also time cuda-agent without CUDA graphs")
-    ap.add_argument("--decode-kernels", nargs="*", default=[], choices=["fused", "persistent"],
+    ap.add_argument("--decode-kernels", nargs="*", default=[], choices=["fused", "persistent", "persistent-fold"],
                     help="also time cuda-agent with these decode kernels (up to 8 rows; larger batches use ATen)")
     ap.add_argument("--profile", action="store_true", help="add cuda-agent's GPU time per kernel over 64 steps")
     ap.add_argument("--overlap", action="store_true",

@@ -172,8 +172,11 @@ void RandomizeBiases(const Transformer& model) {
 // Three rows at different positions (the first past the 64-key chunk the
 // attention splits at, the third idle at the cache's last position) over a
 // span shorter than the cache: the fused and the persistent step's logits and
-// the keys and values they write equal the ATen step's, in fp32 and bf16.
-const char* Name(DecodeKernels kernels) { return kernels == DecodeKernels::kFused ? "fused" : "persistent"; }
+// the keys and values they write (with and without the down projection folded
+// into gate/up) equal the ATen step's, in fp32 and bf16.
+const char* Name(DecodeKernels kernels) {
+  return kernels == DecodeKernels::kFused ? "fused" : kernels == DecodeKernels::kPersistent ? "persistent" : "fold";
+}
 
 TEST(FusedOpsGpuTest, SampleTokensPicksTheArgmaxAndDrawsFromTheSoftmax) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
@@ -232,51 +235,52 @@ TEST(FusedOpsGpuTest, SampleTokensPicksTheArgmaxAndDrawsFromTheSoftmax) {
 
 TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
-  for (auto kernels : {DecodeKernels::kFused, DecodeKernels::kPersistent})
-  for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    for (const auto& cfg : FusedDecodeShapes()) {
-      std::string what = std::string(Name(kernels)) + " " + cfg["model_type"].get<std::string>() + " " +
-                         c10::toString(dtype);
-      ModelConfig config = ParseModelConfig(cfg, what).value();
-      ASSERT_TRUE(FusedDecodeFits(config.num_heads, config.num_kv_heads, config.head_dim)) << what;
-      ASSERT_TRUE(PersistentDecodeFits(dtype, 3, 128, config.num_layers, config.hidden_size, config.intermediate_size,
-                                       config.num_heads, config.num_kv_heads, config.head_dim))
-          << what;
-      auto model = Transformer::Random(config, {dtype, kGpu, false}, 7);
-      RandomizeBiases(*model);
-      const int64_t max_len = 256, span = 128;
-      KvCache aten = KvCache::Allocate(config, 4, max_len, dtype, kGpu);
-      at::Tensor prompt = at::randint(0, config.vocab_size, {3, 40}, at::TensorOptions().dtype(at::kLong).device(kGpu));
-      at::Tensor slots = at::arange(3, prompt.options());
-      model->Forward(prompt, at::arange(40, prompt.options()).expand({3, 40}), &aten, slots);
-      KvCache fused = aten;  // the same prompt keys and values, copied
-      for (size_t i = 0; i < aten.k.size(); ++i) {
-        fused.k[i] = aten.k[i].clone();
-        fused.v[i] = aten.v[i].clone();
-      }
-      at::Tensor ids = at::randint(0, config.vocab_size, {3, 1}, prompt.options());
-      at::Tensor positions = at::tensor(std::vector<int64_t>{90, 17, max_len - 1}, prompt.options()).view({3, 1});
-      at::Tensor want = model->Decode(ids, positions, aten, span).to(at::kFloat);
-      at::Tensor got = model->Decode(ids, positions, fused, span, kernels).to(at::kFloat);
-      const double tol = dtype == at::kFloat ? 1e-4 : 0.05;
-      const double scale = want.narrow(0, 0, 2).abs().max().item<double>();
-      ExpectNear(got.narrow(0, 0, 2), want.narrow(0, 0, 2), tol * scale, 0, what + " logits");
-      if (dtype == at::kFloat) {
-        EXPECT_TRUE(got.narrow(0, 0, 2).argmax(-1).equal(want.narrow(0, 0, 2).argmax(-1))) << what;
-      }
-      // Keys and values in bf16: layer 0's come from the same embeddings (one
-      // rounding apart); a later layer's input carries the earlier layers'
-      // bf16 rounding, which Qwen3's k norm can magnify (0.025 seen once).
-      for (size_t i = 0; i < aten.k.size(); ++i) {
-        const double atol = dtype == at::kFloat ? 1e-5 : i == 0 ? 0.02 : 0.05;
-        for (int64_t b = 0; b < 2; ++b) {
-          const int64_t p = positions[b][0].item<int64_t>();
-          ExpectNear(fused.k[i][b][p], aten.k[i][b][p], atol, 0.01, what + " key, layer " + std::to_string(i));
-          ExpectNear(fused.v[i][b][p], aten.v[i][b][p], atol, 0.01, what + " value, layer " + std::to_string(i));
+  for (auto kernels : {DecodeKernels::kFused, DecodeKernels::kPersistent, DecodeKernels::kPersistentFold})
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      for (const auto& cfg : FusedDecodeShapes()) {
+        std::string what =
+            std::string(Name(kernels)) + " " + cfg["model_type"].get<std::string>() + " " + c10::toString(dtype);
+        ModelConfig config = ParseModelConfig(cfg, what).value();
+        ASSERT_TRUE(FusedDecodeFits(config.num_heads, config.num_kv_heads, config.head_dim)) << what;
+        ASSERT_TRUE(PersistentDecodeFits(dtype, 3, 128, config.num_layers, config.hidden_size, config.intermediate_size,
+                                         config.num_heads, config.num_kv_heads, config.head_dim))
+            << what;
+        auto model = Transformer::Random(config, {dtype, kGpu, false}, 7);
+        RandomizeBiases(*model);
+        const int64_t max_len = 256, span = 128;
+        KvCache aten = KvCache::Allocate(config, 4, max_len, dtype, kGpu);
+        at::Tensor prompt =
+            at::randint(0, config.vocab_size, {3, 40}, at::TensorOptions().dtype(at::kLong).device(kGpu));
+        at::Tensor slots = at::arange(3, prompt.options());
+        model->Forward(prompt, at::arange(40, prompt.options()).expand({3, 40}), &aten, slots);
+        KvCache fused = aten;  // the same prompt keys and values, copied
+        for (size_t i = 0; i < aten.k.size(); ++i) {
+          fused.k[i] = aten.k[i].clone();
+          fused.v[i] = aten.v[i].clone();
+        }
+        at::Tensor ids = at::randint(0, config.vocab_size, {3, 1}, prompt.options());
+        at::Tensor positions = at::tensor(std::vector<int64_t>{90, 17, max_len - 1}, prompt.options()).view({3, 1});
+        at::Tensor want = model->Decode(ids, positions, aten, span).to(at::kFloat);
+        at::Tensor got = model->Decode(ids, positions, fused, span, kernels).to(at::kFloat);
+        const double tol = dtype == at::kFloat ? 1e-4 : 0.05;
+        const double scale = want.narrow(0, 0, 2).abs().max().item<double>();
+        ExpectNear(got.narrow(0, 0, 2), want.narrow(0, 0, 2), tol * scale, 0, what + " logits");
+        if (dtype == at::kFloat) {
+          EXPECT_TRUE(got.narrow(0, 0, 2).argmax(-1).equal(want.narrow(0, 0, 2).argmax(-1))) << what;
+        }
+        // Keys and values in bf16: layer 0's come from the same embeddings (one
+        // rounding apart); a later layer's input carries the earlier layers'
+        // bf16 rounding, which Qwen3's k norm can magnify (0.025 seen once).
+        for (size_t i = 0; i < aten.k.size(); ++i) {
+          const double atol = dtype == at::kFloat ? 1e-5 : i == 0 ? 0.02 : 0.05;
+          for (int64_t b = 0; b < 2; ++b) {
+            const int64_t p = positions[b][0].item<int64_t>();
+            ExpectNear(fused.k[i][b][p], aten.k[i][b][p], atol, 0.01, what + " key, layer " + std::to_string(i));
+            ExpectNear(fused.v[i][b][p], aten.v[i][b][p], atol, 0.01, what + " value, layer " + std::to_string(i));
+          }
         }
       }
     }
-  }
 }
 
 // Greedy generation through captured graphs: the fused and the persistent
@@ -284,31 +288,31 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
 // 3 with a slot freed and refilled.
 TEST(FusedOpsGpuTest, FusedDecodeGeneratesTheSameTokens) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
-  for (auto kernels : {DecodeKernels::kFused, DecodeKernels::kPersistent})
-  for (const auto& cfg : FusedDecodeShapes()) {
-    ModelConfig config = ParseModelConfig(cfg, "fused").value();
-    auto model = Transformer::Random(config, {at::kFloat, kGpu, false}, 11);
-    RandomizeBiases(*model);
-    std::vector<GenerationRequest> requests;
-    for (int r = 0; r < 4; ++r) {
-      GenerationRequest q;
-      for (int t = 0; t < 5 + 7 * r; ++t) q.prompt.push_back((t * 37 + r * 101) % config.vocab_size);
-      q.sampling.temperature = 0;
-      q.sampling.max_new_tokens = 60 + 20 * r;  // past several 64-key chunks
-      requests.push_back(q);
+  for (auto kernels : {DecodeKernels::kFused, DecodeKernels::kPersistent, DecodeKernels::kPersistentFold})
+    for (const auto& cfg : FusedDecodeShapes()) {
+      ModelConfig config = ParseModelConfig(cfg, "fused").value();
+      auto model = Transformer::Random(config, {at::kFloat, kGpu, false}, 11);
+      RandomizeBiases(*model);
+      std::vector<GenerationRequest> requests;
+      for (int r = 0; r < 4; ++r) {
+        GenerationRequest q;
+        for (int t = 0; t < 5 + 7 * r; ++t) q.prompt.push_back((t * 37 + r * 101) % config.vocab_size);
+        q.sampling.temperature = 0;
+        q.sampling.max_new_tokens = 60 + 20 * r;  // past several 64-key chunks
+        requests.push_back(q);
+      }
+      for (int64_t slots : {1, 3}) {
+        GeneratorOptions plain{slots, 256, 0}, fused = plain;
+        fused.decode_kernels = kernels;
+        auto want = Generator(*model, nullptr, plain).Generate(requests);
+        Generator gen(*model, nullptr, fused);
+        auto got = gen.Generate(requests);
+        for (size_t i = 0; i < requests.size(); ++i)
+          EXPECT_EQ(got[i].tokens, want[i].tokens)
+              << Name(kernels) << " " << cfg["model_type"] << " slots " << slots << " request " << i;
+        EXPECT_GT(gen.stats().graph_replays, 0);
+      }
     }
-    for (int64_t slots : {1, 3}) {
-      GeneratorOptions plain{slots, 256, 0}, fused = plain;
-      fused.decode_kernels = kernels;
-      auto want = Generator(*model, nullptr, plain).Generate(requests);
-      Generator gen(*model, nullptr, fused);
-      auto got = gen.Generate(requests);
-      for (size_t i = 0; i < requests.size(); ++i)
-        EXPECT_EQ(got[i].tokens, want[i].tokens)
-            << Name(kernels) << " " << cfg["model_type"] << " slots " << slots << " request " << i;
-      EXPECT_GT(gen.stats().graph_replays, 0);
-    }
-  }
 }
 
 }  // namespace
