@@ -1098,10 +1098,10 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
       const int64_t unit = M[s] * plan->pitch[s];  // an output row's bytes in the ring
       if (unit > tile_cap) return false;
       const int64_t block_rows = rows_of[s];
-      const int64_t tiles = (block_rows * unit + tile_cap - 1) / tile_cap;
-      plan->tile_rows[s] = block_rows * unit <= plan->ring_bytes / 2
-                               ? block_rows
-                               : std::min<int64_t>((block_rows + tiles - 1) / tiles, tile_cap / unit);
+      // Tiles of at most tile_cap, as even as rows allow (40 rows of 13 at
+      // most: 4 tiles of 10, not 13, 13, 13 and 1).
+      const int64_t tiles = (block_rows + tile_cap / unit - 1) / (tile_cap / unit);
+      plan->tile_rows[s] = block_rows * unit <= plan->ring_bytes / 2 ? block_rows : (block_rows + tiles - 1) / tiles;
       plan->splits[s] = Splits(plan->tile_rows[s], k[s], elem, M[s]);
       if (!folded) red = std::max(red, block_rows * plan->splits[s] * M[s] * kDecodeMaxRows);
     }
