@@ -1099,9 +1099,12 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
       if (unit > tile_cap) return false;
       const int64_t block_rows = rows_of[s];
       // Tiles of at most tile_cap, as even as rows allow (40 rows of 13 at
-      // most: 4 tiles of 10, not 13, 13, 13 and 1).
+      // most: 4 tiles of 10, not 13, 13, 13 and 1). The folded stage's rows
+      // are short, so its tiles of hundreds of rows cost no pass over k
+      // more, and a first tile lands while the gate/up tiles fill the ring.
       const int64_t tiles = (block_rows + tile_cap / unit - 1) / (tile_cap / unit);
-      plan->tile_rows[s] = block_rows * unit <= plan->ring_bytes / 2 ? block_rows : (block_rows + tiles - 1) / tiles;
+      const bool one_tile = block_rows * unit <= plan->ring_bytes / 2 && !folded;
+      plan->tile_rows[s] = one_tile ? block_rows : (block_rows + tiles - 1) / tiles;
       plan->splits[s] = Splits(plan->tile_rows[s], k[s], elem, M[s]);
       if (!folded) red = std::max(red, block_rows * plan->splits[s] * M[s] * kDecodeMaxRows);
     }
