@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   app.add_option("--decode-kernels", decode_kernels,
                  "aten, fused (five kernels per layer), persistent (one kernel for all layers) or "
                  "persistent-fold (its down projection folded into gate/up); all but aten for up to 8 rows on CUDA")
-      ->check(CLI::IsMember({"aten", "fused", "persistent", "persistent-fold"}));
+      ->check(CLI::IsMember(model::DecodeKernelsNames()));
   app.add_option("--json", json_path, "write results here");
   bool profile = false, overlap = false;
   app.add_flag("--profile", profile, "add GPU time per kernel over 64 more decode steps to each row");
@@ -66,10 +66,7 @@ int main(int argc, char** argv) {
     model::GeneratorOptions options{b, prompt_len + new_tokens + 1, 0};
     options.cuda_graphs = cuda_graphs;
     options.overlap = overlap;
-    options.decode_kernels = decode_kernels == "fused"             ? model::DecodeKernels::kFused
-                             : decode_kernels == "persistent"      ? model::DecodeKernels::kPersistent
-                             : decode_kernels == "persistent-fold" ? model::DecodeKernels::kPersistentFold
-                                                                   : model::DecodeKernels::kAten;
+    options.decode_kernels = model::ParseDecodeKernels(decode_kernels).value();
     model::Generator gen(**model, nullptr, options);
     auto run = [&](int64_t tokens, double* decode_s, double* prefill_s) {
       for (int64_t i = 0; i < b; ++i) {

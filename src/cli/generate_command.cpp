@@ -22,8 +22,8 @@ namespace {
 using nlohmann::json;
 
 struct Options {
-  std::string model, prompt, input, output, device = "cpu", dtype = "float32", chat_style;
-  bool chat = false;
+  std::string model, prompt, input, output, device = "cpu", dtype = "float32", chat_style, decode_kernels = "aten";
+  bool chat = false, overlap = false;
   int64_t max_new_tokens = 256, batch = 16, max_seq_len = 4096, top_k = 0;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
@@ -96,7 +96,10 @@ int Run(const Options& o) {
         if (int32_t id = (*tok)->TokenId(s); id >= 0) r.sampling.stop_token_ids.push_back(id);
     requests.push_back(std::move(r));
   }
-  model::Generator gen(**model, *tok, {o.batch, o.max_seq_len, o.seed});
+  model::GeneratorOptions go{o.batch, o.max_seq_len, o.seed};
+  go.decode_kernels = model::ParseDecodeKernels(o.decode_kernels).value();  // checked by the option
+  go.overlap = o.overlap;
+  model::Generator gen(**model, *tok, go);
   auto start = std::chrono::steady_clock::now();
   auto results = gen.Generate(requests);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -144,6 +147,12 @@ std::function<int()> AddGenerateCommand(CLI::App* app) {
   cmd->add_option("--dtype", o->dtype, "float32, bfloat16 or float16")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   cmd->add_option("--seed", o->seed, "sampling seed");
+  cmd->add_option("--decode-kernels", o->decode_kernels,
+                  "how decode steps of up to 8 rows run on CUDA: aten, fused (five kernels a layer), persistent "
+                  "(one kernel for every layer, Hopper) or persistent-fold (its down projection folded into "
+                  "gate/up); larger batches and the CPU use aten")
+      ->check(CLI::IsMember(model::DecodeKernelsNames()));
+  cmd->add_flag("--overlap", o->overlap, "launch each decode step before reading the last one's tokens (CUDA graphs)");
   return [o, prompt, input]() -> int {
     if (prompt->count() == 0 && input->count() == 0) return Fail(InvalidArgument("give --prompt or --input"));
     return Run(*o);

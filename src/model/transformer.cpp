@@ -330,6 +330,20 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
   });
 }
 
+const std::vector<std::string>& DecodeKernelsNames() {
+  static const std::vector<std::string> names = {"aten", "fused", "persistent", "persistent-fold"};
+  return names;
+}
+
+StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name) {
+  const DecodeKernels kinds[] = {DecodeKernels::kAten, DecodeKernels::kFused, DecodeKernels::kPersistent,
+                                 DecodeKernels::kPersistentFold};  // in DecodeKernelsNames()'s order
+  const auto& names = DecodeKernelsNames();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return kinds[i];
+  return InvalidArgument("unknown decode kernels '" + name + "' (aten, fused, persistent or persistent-fold)");
+}
+
 at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
                                DecodeKernels kernels) const {
   const ModelConfig& c = impl_->config;

@@ -26,3 +26,5 @@ endif()
 expect_failure("--model is required" ${CLI} generate --prompt hi)
 expect_failure("cannot open /nonexistent" ${CLI} generate --model /nonexistent --prompt hi)
 expect_failure("give --prompt or --input" ${CLI} generate --model /nonexistent)
+expect_failure("--decode-kernels: persistent-folded not in" ${CLI} generate --model /nonexistent --prompt hi
+               --decode-kernels persistent-folded)

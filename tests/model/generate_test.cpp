@@ -79,6 +79,26 @@ TEST(GeneratorTest, ContinuousBatchingMatchesTransformersGreedy) {
   }
 }
 
+// The names the command lines take: each parses to decode kernels that, on
+// the CPU, fall back to the ATen step (the transformers tokens); others are
+// refused by name.
+TEST(GeneratorTest, DecodeKernelsByNameFallBackToAtenOnTheCpu) {
+  Fixture f = Load("qwen2");
+  std::vector<GenerationRequest> requests;
+  for (const auto& p : f.prompts) requests.push_back(Greedy(p, static_cast<int64_t>(f.continuations[0].size())));
+  for (const std::string& name : DecodeKernelsNames()) {
+    auto kernels = ParseDecodeKernels(name);
+    ASSERT_TRUE(kernels.ok()) << name;
+    GeneratorOptions options{2, 64, 0};
+    options.decode_kernels = *kernels;
+    auto results = Generator(*f.model, nullptr, options).Generate(requests);
+    for (size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].tokens, f.continuations[i]) << name << " " << i;
+  }
+  auto bad = ParseDecodeKernels("persistent-folded");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'persistent-folded'"), std::string::npos) << bad.status().message();
+}
+
 TEST(GeneratorTest, DecodeOverLeadingSlotsEqualsTheGeneralForward) {
   Fixture f = Load("qwen2");  // grouped-query attention: 2 query heads per key head
   KvCache general = KvCache::Allocate(f.model->config(), 3, 40, at::kFloat, at::kCPU);

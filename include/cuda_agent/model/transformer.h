@@ -39,6 +39,9 @@ enum class DecodeKernels {
   kPersistent,      // every layer in one persistent kernel (Hopper; rows as PersistentDecodeFits allows)
   kPersistentFold,  // the same with the down projection folded into the gate/up stage (fused_ops.h)
 };
+// Their names on command lines: aten, fused, persistent, persistent-fold.
+const std::vector<std::string>& DecodeKernelsNames();
+StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name);
 
 // Keys and values of every layer for `slots` sequences of up to `max_len` tokens.
 struct KvCache {
