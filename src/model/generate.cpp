@@ -88,11 +88,12 @@ Generator::Generator(const Transformer& model, std::shared_ptr<const tokenizer::
 #endif
   if (slot_decode_) {
     auto on = at::TensorOptions().device(lo.device);
-    // Rows: token ids, positions, the fed slots, their rows (DecodeRunning);
-    // filled from pinned host memory by one copy a step.
-    decode_inputs_ = at::zeros({4, options.max_batch}, on.dtype(at::kLong));
+    // Rows: token ids, positions, the fed slots, their rows, the running
+    // slots (DecodeRunning); filled from pinned host memory by one copy a
+    // step.
+    decode_inputs_ = at::zeros({5, options.max_batch}, on.dtype(at::kLong));
     decode_host_ =
-        at::zeros({2, 4, options.max_batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(lo.device.is_cuda()));
+        at::zeros({2, 5, options.max_batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(lo.device.is_cuda()));
     decode_logits_ = at::empty({options.max_batch, model.config().vocab_size}, on.dtype(lo.dtype));
     graphs_ = std::make_unique<Graphs>();
   }
@@ -442,6 +443,7 @@ at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const s
   }
   std::copy(fed.begin(), fed.end(), host + 2 * stride);
   std::copy(fed_rows.begin(), fed_rows.end(), host + 3 * stride);
+  std::copy(running.begin(), running.end(), host + 4 * stride);
   span = std::min((span + 127) / 128 * 128, options_.max_seq_len);
   const int64_t n = static_cast<int64_t>(fed.size());
   decode_inputs_.copy_(staging, /*non_blocking=*/true);
@@ -451,7 +453,9 @@ at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const s
   }
   at::Tensor logits = DecodeSlots(rows, span);
   if (static_cast<int64_t>(running.size()) == rows) return logits;
-  return logits.index_select(0, at::tensor(running, at::kLong).to(logits.device()));
+  // The running rows, indexed on the device (a copy from pageable memory
+  // here could wait for the GPU and undo `overlap`).
+  return logits.index_select(0, decode_inputs_[4].narrow(0, 0, static_cast<int64_t>(running.size())));
 }
 
 at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {

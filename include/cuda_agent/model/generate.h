@@ -154,7 +154,7 @@ class Generator {
   // The graphs' fixed inputs (ids; positions; then the fed slots and their
   // rows, see DecodeRunning) and output.
   at::Tensor decode_inputs_, decode_logits_;
-  at::Tensor decode_host_;  // [2, 4, max_batch] pinned staging for decode_inputs_, used in turn
+  at::Tensor decode_host_;  // [2, 5, max_batch] pinned staging for decode_inputs_, used in turn
   int64_t host_turn_ = 0;
   std::unique_ptr<InFlight> in_flight_;  // overlap: the step launched, its tokens not yet read
   struct Graphs;
