@@ -103,12 +103,11 @@ struct DecodeLayersArgs {
   float* partial = nullptr;
   int* counters = nullptr;
   unsigned* barrier = nullptr;
-  // fold_down: each block multiplies its gate/up outputs by its columns of
-  // the down projection and adds the partial sums to h_fixed ([batch,
-  // hidden], 32 fraction bits) by integer atomics, one grid barrier fewer a
-  // layer than a down stage of its own. Taken where h_fixed is set and mlp %
-  // 8 == 0; h receives the last layer's output either way.
-  bool fold_down = false;
+  // h_fixed ([batch, hidden] work space), when set and mlp % 8 == 0: the
+  // down projection folds into the gate/up stage. Each block multiplies its
+  // gate/up outputs by its columns of the down weights and adds the partial
+  // sums to h_fixed (32 fraction bits) by integer atomics: one grid barrier
+  // fewer a layer. h receives the last layer's output either way.
   long long* h_fixed = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier

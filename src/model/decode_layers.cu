@@ -132,14 +132,18 @@ __device__ inline void GridBarrier(unsigned* counter, unsigned target) {
 // layer's q/k/v and o stages read it back, rounded to T as a stored h is.
 constexpr float kFixedOne = 4294967296.f, kFixedUnit = 1.f / kFixedOne;  // 2^32, 2^-32
 __device__ inline long long ToFixed(float v) { return __float2ll_rn(v * kFixedOne); }
-__device__ inline float FromFixed(long long v) { return __ll2float_rn(v) * kFixedUnit; }
+// A fixed-point element of h as a stored h holds it: rounded to T.
+template <typename T>
+__device__ inline T StoredFromFixed(long long v) {
+  return FromFloat<T>(__ll2float_rn(v) * kFixedUnit);
+}
 template <typename T, int V>
 __device__ inline Pack<T, V> LoadFixedPack(const long long* p) {
   Pack<T, V> r;
 #pragma unroll
   for (int i = 0; i < V; i += 2) {
     const longlong2 u = __ldcg(reinterpret_cast<const longlong2*>(p + i));
-    r.v[i] = FromFloat<T>(FromFixed(u.x)), r.v[i + 1] = FromFloat<T>(FromFixed(u.y));
+    r.v[i] = StoredFromFixed<T>(u.x), r.v[i + 1] = StoredFromFixed<T>(u.y);
   }
   return r;
 }
@@ -355,11 +359,11 @@ struct SideElements {
 #pragma unroll
     for (int u = 0; u < 2; ++u)
       if (threadIdx.x + u * kThreads < sides)
-        side[threadIdx.x + u * kThreads] = fixed[u] ? ToFloat(FromFloat<T>(FromFixed(f[u]))) : ToFloat(v[u]);
+        side[threadIdx.x + u * kThreads] = ToFloat(fixed[u] ? StoredFromFixed<T>(f[u]) : v[u]);
     for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) {
       const long long* q = kFold ? FixedSide(g, n, j0, rows, i) : nullptr;
       const T* p = q ? nullptr : SideSource<T, kSwiGlu>(g, n, j0, rows, i);
-      side[i] = q ? ToFloat(FromFloat<T>(FromFixed(__ldcg(q)))) : p ? LoadCoherent(p) : 0.f;
+      side[i] = q ? ToFloat(StoredFromFixed<T>(__ldcg(q))) : p ? LoadCoherent(p) : 0.f;
     }
   }
 };
@@ -1046,7 +1050,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     BlockRows(a.hidden, &j0, &j1);
     for (int64_t i = threadIdx.x; i < a.batch * (j1 - j0); i += kThreads) {
       const int64_t at = i / (j1 - j0) * a.hidden + j0 + i % (j1 - j0);
-      static_cast<T*>(a.h)[at] = FromFloat<T>(FromFixed(__ldcg(a.h_fixed + at)));
+      static_cast<T*>(a.h)[at] = StoredFromFixed<T>(__ldcg(a.h_fixed + at));
     }
   }
   if (c.profile && threadIdx.x == 0)
@@ -1117,7 +1121,7 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
 }
 
 // Calls f(kernel, plan, dynamic_bytes) for the shape's kernel, folding the
-// down projection where a.fold_down asks and the shape allows (else not);
+// down projection where a.h_fixed is given and the shape allows (else not);
 // false where no kernel fits.
 template <typename F>
 bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, F&& f) {
@@ -1131,7 +1135,7 @@ bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, F&& f) {
       ok = true;
       f(kernel, p, bytes);
     };
-    const bool fold = a.fold_down && a.h_fixed && a.mlp % 8 == 0;
+    const bool fold = a.h_fixed && a.mlp % 8 == 0;
     if (a.head_dim == 64) {
       if (fold) plan(DecodeLayersKernel<T, 64, true>, PlanRing<T, 64, true>);
       plan(DecodeLayersKernel<T, 64, false>, PlanRing<T, 64, false>);

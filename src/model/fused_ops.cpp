@@ -348,7 +348,6 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   at::Tensor h_fixed;
   if (fold_down) {
     h_fixed = at::empty({B, hidden}, h.options().dtype(at::kLong));
-    a.fold_down = true;
     a.h_fixed = reinterpret_cast<long long*>(h_fixed.data_ptr<int64_t>());
   }
   if (timeline.defined()) {

@@ -446,7 +446,8 @@ at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const s
   std::copy(running.begin(), running.end(), host + 4 * stride);
   span = std::min((span + 127) / 128 * 128, options_.max_seq_len);
   const int64_t n = static_cast<int64_t>(fed.size());
-  decode_inputs_.copy_(staging, /*non_blocking=*/true);
+  // Every row's entries lie within the first `rows` columns.
+  decode_inputs_.narrow(1, 0, rows).copy_(staging.narrow(1, 0, rows), /*non_blocking=*/true);
   if (n > 0) {
     at::Tensor tokens = picks[0].index_select(0, decode_inputs_[3].narrow(0, 0, n)).to(at::kLong);
     decode_inputs_[0].index_copy_(0, decode_inputs_[2].narrow(0, 0, n), tokens);

@@ -341,7 +341,9 @@ StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name) {
   const auto& names = DecodeKernelsNames();
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == name) return kinds[i];
-  return InvalidArgument("unknown decode kernels '" + name + "' (aten, fused, persistent or persistent-fold)");
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  return InvalidArgument("unknown decode kernels '" + name + "' (" + known + ")");
 }
 
 at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,

@@ -174,9 +174,7 @@ void RandomizeBiases(const Transformer& model) {
 // span shorter than the cache: the fused and the persistent step's logits and
 // the keys and values they write (with and without the down projection folded
 // into gate/up) equal the ATen step's, in fp32 and bf16.
-const char* Name(DecodeKernels kernels) {
-  return kernels == DecodeKernels::kFused ? "fused" : kernels == DecodeKernels::kPersistent ? "persistent" : "fold";
-}
+const std::vector<std::string> kFusedDecodes = {"fused", "persistent", "persistent-fold"};
 
 TEST(FusedOpsGpuTest, SampleTokensPicksTheArgmaxAndDrawsFromTheSoftmax) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
@@ -235,11 +233,11 @@ TEST(FusedOpsGpuTest, SampleTokensPicksTheArgmaxAndDrawsFromTheSoftmax) {
 
 TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
-  for (auto kernels : {DecodeKernels::kFused, DecodeKernels::kPersistent, DecodeKernels::kPersistentFold})
+  for (const std::string& name : kFusedDecodes)
     for (auto dtype : {at::kFloat, at::kBFloat16}) {
       for (const auto& cfg : FusedDecodeShapes()) {
-        std::string what =
-            std::string(Name(kernels)) + " " + cfg["model_type"].get<std::string>() + " " + c10::toString(dtype);
+        const DecodeKernels kernels = ParseDecodeKernels(name).value();
+        std::string what = name + " " + cfg["model_type"].get<std::string>() + " " + c10::toString(dtype);
         ModelConfig config = ParseModelConfig(cfg, what).value();
         ASSERT_TRUE(FusedDecodeFits(config.num_heads, config.num_kv_heads, config.head_dim)) << what;
         ASSERT_TRUE(PersistentDecodeFits(dtype, 3, 128, config.num_layers, config.hidden_size, config.intermediate_size,
@@ -288,8 +286,9 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
 // 3 with a slot freed and refilled.
 TEST(FusedOpsGpuTest, FusedDecodeGeneratesTheSameTokens) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
-  for (auto kernels : {DecodeKernels::kFused, DecodeKernels::kPersistent, DecodeKernels::kPersistentFold})
+  for (const std::string& name : kFusedDecodes)
     for (const auto& cfg : FusedDecodeShapes()) {
+      const DecodeKernels kernels = ParseDecodeKernels(name).value();
       ModelConfig config = ParseModelConfig(cfg, "fused").value();
       auto model = Transformer::Random(config, {at::kFloat, kGpu, false}, 11);
       RandomizeBiases(*model);
@@ -309,7 +308,7 @@ TEST(FusedOpsGpuTest, FusedDecodeGeneratesTheSameTokens) {
         auto got = gen.Generate(requests);
         for (size_t i = 0; i < requests.size(); ++i)
           EXPECT_EQ(got[i].tokens, want[i].tokens)
-              << Name(kernels) << " " << cfg["model_type"] << " slots " << slots << " request " << i;
+              << name << " " << cfg["model_type"] << " slots " << slots << " request " << i;
         EXPECT_GT(gen.stats().graph_replays, 0);
       }
     }

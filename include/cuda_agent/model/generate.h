@@ -151,8 +151,8 @@ class Generator {
   at::Generator rng_;
   GeneratorStats stats_;
   bool slot_decode_ = false;  // decode runs over leading slots (CUDA graphs)
-  // The graphs' fixed inputs (ids; positions; then the fed slots and their
-  // rows, see DecodeRunning) and output.
+  // The graphs' fixed inputs (ids; positions; then the fed slots, their
+  // rows and the running slots, see DecodeRunning) and output.
   at::Tensor decode_inputs_, decode_logits_;
   at::Tensor decode_host_;  // [2, 5, max_batch] pinned staging for decode_inputs_, used in turn
   int64_t host_turn_ = 0;
