@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -75,17 +76,39 @@ inline int FreePort() {
 }
 
 // Runs `fn(rank, comm)` on two ranks in two threads; `before(rank)` runs in
-// the rank's thread first (to pick its GPU).
+// the rank's thread first (to pick its GPU). A rendezvous that fails on
+// either rank is made again on a fresh port, up to three times: Gloo's
+// loopback connections are refused now and then on a busy host ("Connection
+// closed by peer" in connectFullMesh, seen once in CI), which is not what
+// these tests are about.
 inline void OnTwoRanks(const std::function<void(int, Communicator*)>& fn, const std::string& backend = "gloo",
                        const std::function<void(int)>& before = {}) {
-  int port = FreePort();
+  std::unique_ptr<Communicator> comms[2];
+  std::string errors;
+  for (int attempt = 0; attempt < 3 && !(comms[0] && comms[1]); ++attempt) {
+    comms[0].reset(), comms[1].reset();
+    const int port = FreePort();
+    std::string failed[2];
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        if (before) before(r);
+        auto comm = Communicator::Connect("127.0.0.1", port, r, 2, backend);
+        if (comm.ok())
+          comms[r] = std::move(comm).value();
+        else
+          failed[r] = comm.status().ToString();
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& f : failed)
+      if (!f.empty()) errors += f + "\n";
+  }
+  ASSERT_TRUE(comms[0] && comms[1]) << errors;
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       if (before) before(r);
-      auto comm = Communicator::Connect("127.0.0.1", port, r, 2, backend);
-      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
-      fn(r, comm->get());
+      fn(r, comms[r].get());
     });
   for (auto& t : threads) t.join();
 }
