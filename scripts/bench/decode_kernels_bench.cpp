@@ -28,7 +28,6 @@ using namespace cuda_agent;
 namespace {
 
 bool plain = false;  // --plain: no profiler of our own (under ncu)
-bool fold = false;   // --fold: the persistent kernel's down projection folded into gate/up
 
 // Mean GPU microseconds per call of `fn` (all its kernels summed).
 double MeanMicros(const std::function<void()>& fn, int iters) {
@@ -57,7 +56,6 @@ int main(int argc, char** argv) {
   app.add_option("--layers", num_layers, "layers of the persistent kernel's run");
   app.add_option("--iters", iters, "calls timed per kernel");
   app.add_option("--json", json_path, "write results here");
-  app.add_flag("--fold", fold, "fold the persistent kernel's down projection into its gate/up stage");
   app.add_flag("--plain", plain, "run the kernels without timing them (for an external profiler such as ncu)");
   CLI11_PARSE(app, argc, argv);
 
@@ -134,15 +132,13 @@ int main(int argc, char** argv) {
   const double persistent = MeanMicros(
       [&] {
         at::Tensor h = h0.clone();
-        model::PersistentDecode(h, layers, positions, inv_freq, 1e-6, heads, kv, mlp, span, fold);
+        model::PersistentDecode(h, layers, positions, inv_freq, 1e-6, heads, kv, mlp, span);
       },
       iters);
   const double layer_mb = ((heads + 2 * kv) * hd * hidden + heads * hd * hidden + 3.0 * mlp * hidden) * 2 / 1e6;
   // Where a layer's time goes: block 0's clock at the end of each stage's
   // work and of the barrier after it, averaged over runs and layers.
-  const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up",
-                           fold ? "down (folded)" : "down + residual"};
-  const char* name = fold ? "persistent-fold" : "persistent";
+  const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up", "down + residual"};
   at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers)},
                                   at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
   std::vector<double> work(5), wait(5);
@@ -153,7 +149,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < timed_runs; ++r) {
     at::Tensor h = h0.clone();
     timeline.zero_();
-    model::PersistentDecode(h, layers, positions, inv_freq, 1e-6, heads, kv, mlp, span, fold, timeline);
+    model::PersistentDecode(h, layers, positions, inv_freq, 1e-6, heads, kv, mlp, span, timeline);
     at::Tensor t = timeline.cpu();
     const int64_t* ns = t.data_ptr<int64_t>();
     for (int64_t i = 0; i < 5 * num_layers; ++i) {
@@ -171,7 +167,8 @@ int main(int argc, char** argv) {
   nlohmann::json breakdown = nlohmann::json::array();
   for (int s = 0; s < 5; ++s) {
     breakdown.push_back({{"stage", stages[s]}, {"work_us", work[s]}, {"barrier_us", wait[s]}});
-    std::printf("  %s %-18s work %6.2f us  barrier %6.2f us (block 0, a layer)\n", name, stages[s], work[s], wait[s]);
+    std::printf("  persistent %-18s work %6.2f us  barrier %6.2f us (block 0, a layer)\n", stages[s], work[s],
+                wait[s]);
     std::printf("    phases (thread 0) %s %5.2f  %s %5.2f  %s %5.2f  %s %5.2f us\n", s == 1 ? "heads" : "input",
                 phases[4 * s], s == 1 ? "keys" : "weights", phases[4 * s + 1], s == 1 ? "softmax" : "dots",
                 phases[4 * s + 2], s == 1 ? "merge" : "outputs", phases[4 * s + 3]);
@@ -181,15 +178,10 @@ int main(int argc, char** argv) {
       breakdown.back()["ring_full_us"] = ring_full[s];
     }
   }
-  std::printf("  %s SM clock %.0f MHz (block 0)\n", name, mhz);
-  rows.push_back({{"kernel", name},
-                  {"layers", num_layers},
-                  {"us", persistent},
-                  {"sm_mhz", mhz},
-                  {"us_per_layer", persistent / num_layers},
-                  {"layer_weight_mb", layer_mb},
-                  {"stages", breakdown}});
-  std::printf("%-26s %8.2f MB/layer  %d layers %8.2f us (%6.2f us a layer, %5.2f TB/s)\n", name, layer_mb,
+  std::printf("  persistent SM clock %.0f MHz (block 0)\n", mhz);
+  rows.push_back({{"kernel", "persistent"}, {"layers", num_layers}, {"us", persistent}, {"sm_mhz", mhz},
+                  {"us_per_layer", persistent / num_layers}, {"layer_weight_mb", layer_mb}, {"stages", breakdown}});
+  std::printf("%-26s %8.2f MB/layer  %d layers %8.2f us (%6.2f us a layer, %5.2f TB/s)\n", "persistent", layer_mb,
               static_cast<int>(num_layers), persistent, persistent / num_layers,
               layer_mb * num_layers / persistent / 1e6);
   if (!json_path.empty())

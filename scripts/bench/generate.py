@@ -72,11 +72,13 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=512)
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8)
     ap.add_argument("--without-graphs", action="store_true", help="also time cuda-agent without CUDA graphs")
-    ap.add_argument("--decode-kernels", nargs="*", default=[], choices=["fused", "persistent", "persistent-fold"],
+    ap.add_argument("--decode-kernels", nargs="*", default=[], choices=["fused", "persistent"],
                     help="also time cuda-agent with these decode kernels (up to 8 rows; larger batches use ATen)")
     ap.add_argument("--profile", action="store_true", help="add cuda-agent's GPU time per kernel over 64 steps")
     ap.add_argument("--overlap", action="store_true",
                     help="cuda-agent launches each decode step before reading the last one's tokens")
+    ap.add_argument("--without-transformers", action="store_true",
+                    help="time cuda-agent only (a sweep of its own options)")
     ap.add_argument("--out")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -111,10 +113,11 @@ def main():
         mean_ctx = args.prompt_len + args.new_tokens / 2
         step_bytes = weight_bytes + b * mean_ctx * kv_per_token
         limit = b / (step_bytes / (args.bandwidth_tbs * 1e12))
-        theirs = transformers_decode(model, args.device, b, args.prompt_len, args.new_tokens)
+        theirs = None if args.without_transformers else transformers_decode(model, args.device, b, args.prompt_len,
+                                                                             args.new_tokens)
         row = {"batch": b, "cuda_agent_tokens_per_s": ours[b]["decode_tokens_per_s"],
                "transformers_tokens_per_s": theirs, "bandwidth_limit_tokens_per_s": limit,
-               "speedup_vs_transformers": ours[b]["decode_tokens_per_s"] / theirs,
+               "speedup_vs_transformers": ours[b]["decode_tokens_per_s"] / theirs if theirs else None,
                "fraction_of_limit": ours[b]["decode_tokens_per_s"] / limit,
                "cuda_agent_without_graphs_tokens_per_s": eager.get(b, {}).get("decode_tokens_per_s")}
         for kernels, rows_of in other.items():
@@ -126,9 +129,9 @@ def main():
         if "profile_64_steps" in ours[b]:
             row["cuda_agent_profile_64_steps"] = ours[b]["profile_64_steps"]
         rows.append(row)
-        print("batch %3d: cuda-agent %9.1f tok/s, transformers %9.1f tok/s (%.2fx), limit %9.1f tok/s (%.1f%%)"
-              % (b, row["cuda_agent_tokens_per_s"], theirs, row["speedup_vs_transformers"], limit,
-                 100 * row["fraction_of_limit"]), flush=True)
+        versus = " transformers %9.1f tok/s (%.2fx)," % (theirs, row["speedup_vs_transformers"]) if theirs else ""
+        print("batch %3d: cuda-agent %9.1f tok/s,%s limit %9.1f tok/s (%.1f%%)"
+              % (b, row["cuda_agent_tokens_per_s"], versus, limit, 100 * row["fraction_of_limit"]), flush=True)
         for kernels in other:
             print("           %-10s %9.1f tok/s (%.1f%% of the limit)"
                   % (kernels, row["cuda_agent_%s_tokens_per_s" % kernels], 100 * row["%s_fraction_of_limit" % kernels]),

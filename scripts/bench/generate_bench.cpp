@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
   app.add_option("--cuda-graphs", cuda_graphs, "replay decode steps from CUDA graphs (CUDA only)");
   std::string decode_kernels = "aten";
   app.add_option("--decode-kernels", decode_kernels,
-                 "aten, fused (five kernels per layer), persistent (one kernel for all layers) or "
-                 "persistent-fold (its down projection folded into gate/up); all but aten for up to 8 rows on CUDA")
+                 "aten, fused (five kernels per layer) or persistent (one kernel for all layers); "
+                 "the last two for up to 8 rows on CUDA")
       ->check(CLI::IsMember(model::DecodeKernelsNames()));
   app.add_option("--json", json_path, "write results here");
   bool profile = false, overlap = false;

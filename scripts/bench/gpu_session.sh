@@ -17,14 +17,13 @@
 #               (sharded and replicated optimizer state)
 #   train       cuda-agent train on the GPU (and on two through torchrun)
 #   profile     decode kernels alone (decode_kernels_bench, with the persistent
-#               kernel's per-stage timeline, and again with its down projection
-#               folded into gate/up) and under Nsight Compute, with the
+#               kernel's per-stage timeline) and under Nsight Compute, with the
 #               persistent kernel's per-instruction stall samples summarised
 #               (ncu_source_summary.py)
-#   decode      batch-1 decode tokens/s: ATen, fused, persistent and persistent-fold
-#               kernels next to transformers (the quick form of `policy`), then
-#               ATen and both persistent kernels with overlapped steps
-#               (GeneratorOptions::overlap)
+#   decode      batch-1 decode tokens/s: ATen, fused and persistent kernels next to
+#               transformers (the quick form of `policy`), then ATen and persistent
+#               with overlapped steps (GeneratorOptions::overlap, with the GPU time
+#               per kernel), then both at batches 2, 4 and 8
 set -uo pipefail
 out=$1
 shift
@@ -58,10 +57,12 @@ for step in "$@"; do
       ;;
     decode)
       python3 scripts/bench/generate.py --build $build --device cuda --batches 1 \
-        --decode-kernels fused persistent persistent-fold --out "$out/generate_b1.json" > "$out/generate_b1.log" 2>&1
+        --decode-kernels fused persistent --out "$out/generate_b1.json" > "$out/generate_b1.log" 2>&1
       python3 scripts/bench/generate.py --build $build --device cuda --batches 1 \
-        --decode-kernels persistent persistent-fold --overlap --out "$out/generate_b1_overlap.json" \
+        --decode-kernels persistent --overlap --profile --out "$out/generate_b1_overlap.json" \
         > "$out/generate_b1_overlap.log" 2>&1
+      python3 scripts/bench/generate.py --build $build --device cuda --batches 2 4 8 --without-transformers \
+        --decode-kernels persistent --overlap --out "$out/generate_b248.json" > "$out/generate_b248.log" 2>&1
       ;;
     learner)
       : > "$out/learner.log"
@@ -84,8 +85,6 @@ for step in "$@"; do
       # sampled stall reasons included), all in one file.
       CUDA_AGENT_DECODE_PDL=0 $build/decode_kernels_bench --batch 1 --json "$out/decode_kernels.json" \
         > "$out/decode_kernels.log" 2>&1
-      CUDA_AGENT_DECODE_PDL=0 $build/decode_kernels_bench --batch 1 --fold --json "$out/decode_kernels_fold.json" \
-        > "$out/decode_kernels_fold.log" 2>&1
       stalls=smsp__inst_executed.sum
       for reason in barrier long_scoreboard short_scoreboard wait no_instructions selected mio_throttle \
           math_pipe_throttle branch_resolving membar lg_throttle sleeping; do

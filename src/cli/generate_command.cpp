@@ -22,8 +22,9 @@ namespace {
 using nlohmann::json;
 
 struct Options {
-  std::string model, prompt, input, output, device = "cpu", dtype = "float32", chat_style, decode_kernels = "aten";
-  bool chat = false, overlap = false;
+  std::string model, prompt, input, output, device = "cpu", dtype = "float32", chat_style;
+  std::string decode_kernels = "persistent";
+  bool chat = false, overlap = true;
   int64_t max_new_tokens = 256, batch = 16, max_seq_len = 4096, top_k = 0;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
@@ -148,11 +149,11 @@ std::function<int()> AddGenerateCommand(CLI::App* app) {
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   cmd->add_option("--seed", o->seed, "sampling seed");
   cmd->add_option("--decode-kernels", o->decode_kernels,
-                  "how decode steps of up to 8 rows run on CUDA: aten, fused (five kernels a layer), persistent "
-                  "(one kernel for every layer, Hopper) or persistent-fold (its down projection folded into "
-                  "gate/up); larger batches and the CPU use aten")
+                  "how decode steps of up to 8 rows run on CUDA: aten, fused (five kernels a layer) or persistent "
+                  "(one kernel for every layer, Hopper; the default); larger batches, other GPUs and the CPU use aten")
       ->check(CLI::IsMember(model::DecodeKernelsNames()));
-  cmd->add_flag("--overlap", o->overlap, "launch each decode step before reading the last one's tokens (CUDA graphs)");
+  cmd->add_flag("--overlap,!--no-overlap", o->overlap,
+                "launch each decode step before reading the last one's tokens (CUDA graphs; the default)");
   return [o, prompt, input]() -> int {
     if (prompt->count() == 0 && input->count() == 0) return Fail(InvalidArgument("give --prompt or --input"));
     return Run(*o);

@@ -103,12 +103,6 @@ struct DecodeLayersArgs {
   float* partial = nullptr;
   int* counters = nullptr;
   unsigned* barrier = nullptr;
-  // h_fixed ([batch, hidden] work space), when set and mlp % 8 == 0: the
-  // down projection folds into the gate/up stage. Each block multiplies its
-  // gate/up outputs by its columns of the down weights and adds the partial
-  // sums to h_fixed (32 fraction bits) by integer atomics: one grid barrier
-  // fewer a layer. h receives the last layer's output either way.
-  long long* h_fixed = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier
   // after it opens; then its SM's clock64 at the start and at the end; then

@@ -14,11 +14,7 @@
 // four rows at a time (fp32), with no block barrier until the stage's
 // outputs. The attention splits the keys into chunks of 32, a block per
 // chunk and a warp per query head; the last block of each key head to
-// finish merges the chunks for the o stage. The kFold variant folds the
-// down projection into the gate/up stage: each block multiplies its gate/up
-// outputs by its columns of the down weights, and the blocks' partial sums
-// add up in a fixed-point copy of h by integer atomics (no barrier and no
-// input round trip for a down stage of its own).
+// finish merges the chunks for the o stage.
 //
 // At batch 1 the kernel is bound by latency, not bandwidth: each stage's
 // input is a round trip through L2 after a grid barrier, and only 8
@@ -123,58 +119,17 @@ __device__ inline void GridBarrier(unsigned* counter, unsigned target) {
   SyncAttentionThreads();
 }
 
-// ---- The residual stream in fixed point (kFold) ----
-//
-// With the down projection folded into the gate/up stage, each block holds
-// a few columns of it, and the blocks' partial sums of every output row add
-// up in h_fixed by integer atomics: 32 fraction bits in an int64, the same
-// sum in any order. The o stage writes h (rounded to T) there; the next
-// layer's q/k/v and o stages read it back, rounded to T as a stored h is.
-constexpr float kFixedOne = 4294967296.f, kFixedUnit = 1.f / kFixedOne;  // 2^32, 2^-32
-__device__ inline long long ToFixed(float v) { return __float2ll_rn(v * kFixedOne); }
-// A fixed-point element of h as a stored h holds it: rounded to T.
-template <typename T>
-__device__ inline T StoredFromFixed(long long v) {
-  return FromFloat<T>(__ll2float_rn(v) * kFixedUnit);
-}
-template <typename T, int V>
-__device__ inline Pack<T, V> LoadFixedPack(const long long* p) {
-  Pack<T, V> r;
-#pragma unroll
-  for (int i = 0; i < V; i += 2) {
-    const longlong2 u = __ldcg(reinterpret_cast<const longlong2*>(p + i));
-    r.v[i] = StoredFromFixed<T>(u.x), r.v[i + 1] = StoredFromFixed<T>(u.y);
-  }
-  return r;
-}
-
-// A GEMV stage's arguments; with kFold, its input or residual may be the
-// fixed-point stream instead of x or residual, and the o stage's output
-// goes there too.
-struct StageArgs : DecodeGemvArgs {
-  const long long* x_fixed = nullptr;
-  const long long* residual_fixed = nullptr;
-  long long* y_fixed = nullptr;
-};
-
-// The GEMV of stage s of layer l and its output rows n.
-template <bool kFold>
-__device__ inline StageArgs StageGemv(const DecodeLayersArgs& a, int s, const DecodeLayer& layer, int64_t l,
-                                      int64_t* n) {
-  StageArgs g;
+// The GEMV of stage s of `layer` and its output rows n.
+__device__ inline DecodeGemvArgs StageGemv(const DecodeLayersArgs& a, int s, const DecodeLayer& layer, int64_t* n) {
+  DecodeGemvArgs g;
   g.batch = a.batch;
   g.eps = a.eps;
   if (s == kStageQkv) {
     g.x = a.h, g.k = a.hidden, g.norm_weight = layer.input_norm, g.y = a.qkv;
     g.m[0] = layer.q, g.m[1] = layer.k, g.m[2] = layer.v;
-    if (kFold && l > 0) g.x_fixed = a.h_fixed;
     *n = layer.q.rows + layer.k.rows + layer.v.rows;
   } else if (s == kStageOut) {
     g.x = a.attn, g.k = a.heads * a.head_dim, g.m[0] = layer.o, g.residual = a.h, g.y = a.h;
-    if (kFold) {
-      if (l > 0) g.residual = nullptr, g.residual_fixed = a.h_fixed;
-      g.y_fixed = a.h_fixed;
-    }
     *n = a.hidden;
   } else if (s == kStageGateUp) {
     g.x = a.h, g.k = a.hidden, g.norm_weight = layer.post_norm, g.swiglu = true, g.y = a.act;
@@ -191,32 +146,6 @@ __device__ inline StageArgs StageGemv(const DecodeLayersArgs& a, int s, const De
 __device__ inline void BlockRows(int64_t n, int64_t* j0, int64_t* j1) {
   *j0 = static_cast<int>(n) * blockIdx.x / gridDim.x;
   *j1 = static_cast<int>(n) * (blockIdx.x + 1) / gridDim.x;
-}
-
-// This block's share of stage s (n output rows of weights k long): output
-// rows [j0, j1) over the columns [c0, c0 + cols) of the weights. An even
-// split of the rows, except with kFold: the gate/up rows go in runs of 8 (a
-// block's columns of the down weights are then 16-byte aligned), and the
-// down projection is every output row over the block's gate/up rows.
-struct Share {
-  int64_t j0 = 0, j1 = 0, c0 = 0, cols = 0;
-};
-template <bool kFold>
-__device__ inline Share StageShare(const DecodeLayersArgs& a, int s, int64_t n, int64_t k) {
-  Share r;
-  r.cols = k;
-  if (kFold && (s == kStageGateUp || s == kStageDown)) {
-    const int64_t runs = a.mlp / 8, r0 = runs * blockIdx.x / gridDim.x * 8,
-                  r1 = runs * (blockIdx.x + 1) / gridDim.x * 8;
-    if (s == kStageGateUp) {
-      r.j0 = r0, r.j1 = r1;
-    } else {
-      r.j1 = r1 > r0 ? n : 0, r.c0 = r0, r.cols = r1 - r0;
-    }
-    return r;
-  }
-  BlockRows(n, &r.j0, &r.j1);
-  return r;
 }
 
 // Tile t lands on done[t % kTilesInFlight] and is released on
@@ -240,20 +169,19 @@ struct Producer {
   uint32_t end[kTilesInFlight];
 
   // Issues tiles while the ring has room for the next.
-  template <typename T, bool kFold>
+  template <typename T>
   __device__ void Issue(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring) {
     while (layer < a.num_layers && issued - consumed < kTilesInFlight) {
-      int64_t n;
-      const StageArgs g = StageGemv<kFold>(a, stage, ring.layers[layer], layer, &n);
-      const Share share = StageShare<kFold>(a, stage, n, g.k);
-      if (row < 0) row = share.j0;
-      if (row >= share.j1) {
+      int64_t n, j0, j1;
+      const DecodeGemvArgs g = StageGemv(a, stage, ring.layers[layer], &n);
+      BlockRows(n, &j0, &j1);
+      if (row < 0) row = j0;
+      if (row >= j1) {
         row = -1;
         if (++stage == kStages) stage = 0, ++layer;
         continue;
       }
-      const int64_t rows = min(p.tile_rows[stage], share.j1 - row),
-                    row_bytes = share.cols * static_cast<int64_t>(sizeof(T));
+      const int64_t rows = min(p.tile_rows[stage], j1 - row), row_bytes = g.k * static_cast<int64_t>(sizeof(T));
       const int count = static_cast<int>(rows) * (g.swiglu ? 2 : 1);  // gate rows, then the same rows of up
       const uint32_t bytes = static_cast<uint32_t>(count * p.pitch[stage]);
       const uint32_t size = static_cast<uint32_t>(p.ring_bytes);
@@ -273,7 +201,7 @@ struct Producer {
       for (int i = lane; i < count; i += 32) {  // a row each, RowPitch apart
         const T* bias;
         const T* from = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
-                                 : WeightRow<T, false>(g, row + i, 0, &bias) + share.c0;
+                                 : WeightRow<T, false>(g, row + i, 0, &bias);
         BulkCopy(dst + i * p.pitch[stage], from, row_bytes, &ring.done[q]);
       }
       head = start + bytes;
@@ -286,10 +214,10 @@ struct Producer {
   // the oldest whenever the ring is full.
   // `ring_full`: block 0's cycles waiting for room per stage, in shared
   // memory (null: not profiled), added to the timeline at the end.
-  template <typename T, bool kFold>
+  template <typename T>
   __device__ void Run(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring, unsigned long long* ring_full) {
     for (;;) {
-      Issue<T, kFold>(a, p, ring);
+      Issue<T>(a, p, ring);
       if (layer >= a.num_layers) break;  // all issued; the copies complete on their own
       const int q = static_cast<int>(consumed % kTilesInFlight);
       const long long start = ring_full ? clock64() : 0;
@@ -323,47 +251,28 @@ __device__ __noinline__ const T* SideSource(const DecodeGemvArgs& g, int64_t n, 
   return nullptr;
 }
 
-// With kFold, residual element i (SideSource's numbering) in the
-// fixed-point stream, where the residual comes from there; else null.
-__device__ inline const long long* FixedSide(const StageArgs& g, int64_t n, int64_t j0, int rows, int i) {
-  const int m = i / rows;
-  return g.residual_fixed && m >= 2 ? g.residual_fixed + (m - 2) * n + j0 + i % rows : nullptr;
-}
-
-// The side elements of a stage's rows (SideSource, FixedSide), loaded in
-// the same round as its input and stored after it: two a thread at first,
-// any more once stored.
-template <typename T, bool kSwiGlu, bool kFold>
+// The side elements of a stage's rows (SideSource), loaded in the same
+// round as its input and stored after it: two a thread at first, any more
+// once stored.
+template <typename T, bool kSwiGlu>
 struct SideElements {
   T v[2] = {};
-  long long f[2] = {};
-  bool fixed[2] = {};
-  __device__ void Load(const StageArgs& g, int64_t n, int64_t j0, int rows, int sides) {
+  __device__ void Load(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int sides) {
     const T* p[2] = {};
-    const long long* q[2] = {};
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int i = threadIdx.x + u * kThreads;
-      if (i >= sides) continue;
-      if constexpr (kFold) q[u] = FixedSide(g, n, j0, rows, i);
-      if (!q[u]) p[u] = SideSource<T, kSwiGlu>(g, n, j0, rows, i);
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      fixed[u] = q[u] != nullptr;
-      if (q[u]) f[u] = __ldcg(q[u]);
-      if (p[u]) v[u] = __ldcg(p[u]);
-    }
-  }
-  __device__ void Store(const StageArgs& g, int64_t n, int64_t j0, int rows, int sides, float* side) const {
 #pragma unroll
     for (int u = 0; u < 2; ++u)
-      if (threadIdx.x + u * kThreads < sides)
-        side[threadIdx.x + u * kThreads] = ToFloat(fixed[u] ? StoredFromFixed<T>(f[u]) : v[u]);
+      if (threadIdx.x + u * kThreads < sides) p[u] = SideSource<T, kSwiGlu>(g, n, j0, rows, threadIdx.x + u * kThreads);
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (p[u]) v[u] = __ldcg(p[u]);
+  }
+  __device__ void Store(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int sides, float* side) const {
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = ToFloat(v[u]);
     for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) {
-      const long long* q = kFold ? FixedSide(g, n, j0, rows, i) : nullptr;
-      const T* p = q ? nullptr : SideSource<T, kSwiGlu>(g, n, j0, rows, i);
-      side[i] = q ? ToFloat(StoredFromFixed<T>(__ldcg(q))) : p ? LoadCoherent(p) : 0.f;
+      const T* p = SideSource<T, kSwiGlu>(g, n, j0, rows, i);
+      side[i] = p ? LoadCoherent(p) : 0.f;
     }
   }
 };
@@ -373,9 +282,6 @@ struct SideElements {
 // into a 128-byte line. The eight rows of a matrix that ldmatrix loads, 16
 // bytes each at the same k, then hit different banks (TileDots).
 constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 16; }
-// The same for the folded down projection's rows of a few columns: an odd
-// number of 16-byte units, so that eight rows start in eight banks.
-constexpr int64_t FoldPitch(int64_t bytes) { return ((bytes + 15) / 16 | 1) * 16; }
 
 // The stage's input [batch, k] into xs (row b at b * pitch elements) in T,
 // times the RMSNorm weight with kNorm (the 1 / rms of each batch row scales
@@ -384,15 +290,15 @@ constexpr int64_t FoldPitch(int64_t bytes) { return ((bytes + 15) / 16 | 1) * 16
 // residual elements of this block's output rows [j0, j1) into `side` (bias
 // of matrix m at m * rows + r, residual of row b at (2 + b) * rows + r, rows
 // = j1 - j0).
-template <typename T, bool kNorm, bool kSwiGlu, bool kFold>
-__device__ void LoadInput(const StageArgs& g, int64_t n, int64_t j0, int64_t j1, int pitch, T* xs, float* side,
+template <typename T, bool kNorm, bool kSwiGlu>
+__device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1, int pitch, T* xs, float* side,
                           float* squares) {
   constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, U = 4;  // U: packs a thread loads at once
   const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = batch * k / V;
   const int rows = static_cast<int>(j1 - j0), sides = rows * (2 + batch);
   const T* x = static_cast<const T*>(g.x);
   const T* norm = static_cast<const T*>(g.norm_weight);
-  SideElements<T, kSwiGlu, kFold> side_elements;
+  SideElements<T, kSwiGlu> side_elements;
   side_elements.Load(g, n, j0, rows, sides);
   float ss[R] = {};
   for (int i0 = threadIdx.x; i0 < packs; i0 += U * kThreads) {
@@ -400,10 +306,7 @@ __device__ void LoadInput(const StageArgs& g, int64_t n, int64_t j0, int64_t j1,
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int i = min(i0 + u * kThreads, packs - 1);  // past the end: a duplicate, not stored
-      if (kFold && g.x_fixed)
-        v[u] = LoadFixedPack<T, V>(g.x_fixed + i * V);
-      else
-        v[u] = LoadPackCoherent<T, V>(x + i * V);
+      v[u] = LoadPackCoherent<T, V>(x + i * V);
       if constexpr (kNorm) w[u] = *reinterpret_cast<const Pack<T, V>*>(norm + i * V % k);
     }
 #pragma unroll
@@ -690,9 +593,7 @@ __device__ inline void Mma16x8x16(float (&d)[4], uint32_t a0, uint32_t a1, uint3
 // the stage, M * rows of them in the ring (matrix m's rows after those of
 // the matrices before it), `pitch` elements apart as the input's rows in xs.
 // Each unit's sums go to sums[((row * splits + part) * M + m) *
-// kDecodeMaxRows + b], row counted in the block; splits = 1 << shift. With
-// `fold` (the folded down projection, M = 1) they are added instead to the
-// fixed-point stream at fold[b * fold_n + row].
+// kDecodeMaxRows + b], row counted in the block; splits = 1 << shift.
 //
 // 16-bit weights: a unit is two m16n8k16 products per 32 elements of k: 16
 // rows against the input's batch rows (n, up to 8). ldmatrix loads the
@@ -704,7 +605,7 @@ __device__ inline void Mma16x8x16(float (&d)[4], uint32_t a0, uint32_t a1, uint3
 // so code that every stage shares stays in the instruction cache.
 template <typename T>
 __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int rows, int shift, const T* w, int pitch,
-                                      const T* xs, float* sums, unsigned long long* fold, int fold_n) {
+                                      const T* xs, float* sums) {
   constexpr int R = kDecodeMaxRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, splits = 1 << shift;
   if constexpr (sizeof(T) == 2) {
@@ -738,11 +639,7 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
       for (int j = 0; j < 4; ++j) {
         const int i = g * 16 + lane / 4 + j / 2 * 8, b = 2 * (lane % 4) + j % 2;
         const int m = i >= rows, row = i - m * rows;  // i < 2 rows
-        if (i >= total || b >= batch) continue;
-        if (fold)
-          atomicAdd(fold + b * fold_n + first + row, static_cast<unsigned long long>(ToFixed(d[0][j] + d[1][j])));
-        else
-          sums[((((first + row) << shift) + part) * M + m) * R + b] = d[0][j] + d[1][j];
+        if (i < total && b < batch) sums[((((first + row) << shift) + part) * M + m) * R + b] = d[0][j] + d[1][j];
       }
     }
   } else {
@@ -769,11 +666,7 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
         }
         const float total = WarpSumFour(acc);
         const int i = lane / 8, row = r0 + i / M;
-        if (lane % 8 != 0 || row >= rows) continue;
-        if (fold)
-          atomicAdd(fold + b * fold_n + first + row, static_cast<unsigned long long>(ToFixed(total)));
-        else
-          sums[(((first + row) * splits + part) * M + i % M) * R + b] = total;
+        if (lane % 8 == 0 && row < rows) sums[(((first + row) * splits + part) * M + i % M) * R + b] = total;
       }
     }
   }
@@ -781,13 +674,10 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
 
 // The stage's outputs, this block's rows [j0, j0 + rows) of y: the sums of
 // their parts (TileDots), scaled by 1 / rms with kNorm, with the bias,
-// SwiGLU and the residual from `side` (LoadInput's). With kFold, into the
-// fixed-point stream too (the o stage), or, for the gate/up stage, only
-// into `folded` (row b at b * folded_pitch): the input of the block's part
-// of the down projection.
-template <typename T, bool kNorm, bool kSwiGlu, bool kFold>
-__device__ void StageOutputs(const StageArgs& g, int64_t n, int64_t j0, int rows, int splits, const float* sums,
-                             const float* side, const float* squares, T* folded, int folded_pitch) {
+// SwiGLU and the residual from `side` (LoadInput's).
+template <typename T, bool kNorm, bool kSwiGlu>
+__device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int splits, const float* sums,
+                             const float* side, const float* squares) {
   constexpr int R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
   const int batch = static_cast<int>(g.batch);
   for (int i = threadIdx.x; i < rows * batch; i += kThreads) {
@@ -807,14 +697,8 @@ __device__ void StageOutputs(const StageArgs& g, int64_t n, int64_t j0, int rows
     }
     float out = y[0];
     if constexpr (kSwiGlu) out = y[0] / (1.f + expf(-y[0])) * y[1];
-    if (g.residual || (kFold && g.residual_fixed)) out += side[(2 + b) * rows + row];
-    const T stored = FromFloat<T>(out);
-    if (kFold && folded) {
-      folded[b * folded_pitch + row] = stored;
-      continue;
-    }
-    static_cast<T*>(g.y)[b * n + j0 + row] = stored;
-    if (kFold && g.y_fixed) g.y_fixed[b * n + j0 + row] = ToFixed(ToFloat(stored));
+    if (g.residual) out += side[(2 + b) * rows + row];
+    static_cast<T*>(g.y)[b * n + j0 + row] = FromFloat<T>(out);
   }
 }
 
@@ -859,75 +743,35 @@ __device__ inline PhaseClock StageClock(unsigned long long* profile, int s) {
   return clock;
 }
 
-// Tile t of the ring, once landed; and its release by the calling warp.
-__device__ inline const unsigned char* TakeTile(const Consumer& c, int64_t t) {
-  const int q = static_cast<int>(t % kTilesInFlight);
-  BarrierWait(&c.ring.done[q], static_cast<uint32_t>(t / kTilesInFlight) & 1);
-  return c.ring.data + c.ring.offset[q];
-}
-__device__ inline void ReleaseTile(const Consumer& c, int64_t t) {
-  __syncwarp();
-  if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[t % kTilesInFlight]);
-}
-
 // Stage s of layer l: this block's rows, tile by tile as they land; each
 // warp releases a tile once done with it, and the outputs follow the last.
-// With kFold, the gate/up stage leaves its outputs in xs for FoldDown.
-template <typename T, bool kNorm, bool kSwiGlu, bool kFold>
+template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t l, Consumer& c) {
-  int64_t n;
-  const StageArgs g = StageGemv<kFold>(a, s, c.ring.layers[l], l, &n);
-  const Share share = StageShare<kFold>(a, s, n, g.k);
-  const int64_t j0 = share.j0, j1 = share.j1;
+  int64_t n, j0, j1;
+  const DecodeGemvArgs g = StageGemv(a, s, c.ring.layers[l], &n);
+  BlockRows(n, &j0, &j1);
   if (j0 >= j1) return;
   PhaseClock clock = StageClock(c.profile, s == kStageQkv ? 0 : s + 1);
   clock.Start();
   T* xs = reinterpret_cast<T*>(c.xs);
   const int pitch = static_cast<int>(p.pitch[s] / sizeof(T));
-  LoadInput<T, kNorm, kSwiGlu, kFold>(g, n, j0, j1, pitch, xs, c.side, c.squares);
+  LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares);
   clock.Lap(0);
   const int splits = p.splits[s], shift = 31 - __clz(splits);
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
     const int rows = static_cast<int>(min(p.tile_rows[s], j1 - r));
-    const T* w = reinterpret_cast<const T*>(TakeTile(c, c.tile));
+    const int q = static_cast<int>(c.tile % kTilesInFlight);
+    BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
     clock.Lap(1);
     TileDots<T>(static_cast<int>(g.batch), static_cast<int>(g.k), kSwiGlu ? 2 : 1, static_cast<int>(r - j0), rows,
-                shift, w, pitch, xs, c.red, nullptr, 0);
-    ReleaseTile(c, c.tile);
+                shift, reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), pitch, xs, c.red);
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     clock.Lap(2);
   }
-  SyncAttentionThreads();  // the sums in; xs free
-  const bool fold = kFold && s == kStageGateUp;
-  StageOutputs<T, kNorm, kSwiGlu, kFold>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares,
-                                         fold ? xs : nullptr, static_cast<int>(p.pitch[kStageDown] / sizeof(T)));
+  SyncAttentionThreads();
+  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares);
   clock.Lap(3);
-}
-
-// kFold: the down projection of this block's gate/up outputs (in xs, from
-// GemvStage), its columns of the down weights against every output row, tile
-// by tile; TileDots adds the sums to the fixed-point stream, which holds h
-// after the o stage (StageOutputs).
-template <typename T>
-__device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l, Consumer& c) {
-  int64_t n;
-  const StageArgs g = StageGemv<true>(a, kStageDown, c.ring.layers[l], l, &n);
-  const Share share = StageShare<true>(a, kStageDown, n, g.k);
-  if (share.j0 >= share.j1) return;
-  PhaseClock clock = StageClock(c.profile, 4);
-  clock.Start();
-  SyncAttentionThreads();  // the gate/up outputs in xs
-  clock.Lap(0);
-  const int pitch = static_cast<int>(p.pitch[kStageDown] / sizeof(T)), shift = 31 - __clz(p.splits[kStageDown]);
-  for (int64_t r = share.j0; r < share.j1; r += p.tile_rows[kStageDown], ++c.tile) {
-    const int rows = static_cast<int>(min(p.tile_rows[kStageDown], share.j1 - r));
-    const T* w = reinterpret_cast<const T*>(TakeTile(c, c.tile));
-    clock.Lap(1);
-    TileDots<T>(static_cast<int>(g.batch), static_cast<int>(share.cols), 1, static_cast<int>(r), rows, shift, w, pitch,
-                reinterpret_cast<const T*>(c.xs), nullptr, reinterpret_cast<unsigned long long*>(a.h_fixed),
-                static_cast<int>(n));
-    ReleaseTile(c, c.tile);
-    clock.Lap(2);
-  }
 }
 
 // What a layer's stages read besides weights, activations and the cache
@@ -939,7 +783,7 @@ __device__ __noinline__ void PrefetchLayer(const DecodeLayersArgs& a, const Deco
   for (int64_t i = threadIdx.x; i < 2 * lines; i += kThreads)
     PrefetchL2(static_cast<const char*>(i < lines ? layer.input_norm : layer.post_norm) + i % lines * 128);
   int64_t n, j0, j1;
-  const DecodeGemvArgs g = StageGemv<false>(a, kStageQkv, layer, 0, &n);
+  const DecodeGemvArgs g = StageGemv(a, kStageQkv, layer, &n);
   BlockRows(n, &j0, &j1);
   if (threadIdx.x < 2 && j0 < j1) {
     const T* bias;
@@ -962,9 +806,7 @@ __device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const D
   return att;
 }
 
-// kFold: the down projection folded into the gate/up stage (FoldDown), one
-// grid barrier fewer a layer.
-template <typename T, int HD, bool kFold>
+template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads + 32, 1)
     DecodeLayersKernel(const __grid_constant__ DecodeLayersArgs a, const RingPlan p) {
   extern __shared__ __align__(128) unsigned char shared[];
@@ -998,7 +840,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q], 1), BarrierInit(&tile_freed[q], kWarps);
   __syncthreads();                // the last one of the whole block
   if (threadIdx.x >= kThreads) {  // the copying warp
-    Producer().Run<T, kFold>(a, p, c.ring, c.profile ? c.profile + kPhaseSlots : nullptr);
+    Producer().Run<T>(a, p, c.ring, c.profile ? c.profile + kPhaseSlots : nullptr);
     return;
   }
   Mark(a, 0, 0);
@@ -1016,7 +858,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     // This block's cached keys and values of the layer, into L2 meanwhile.
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x)
       PrefetchKeys<T, HD>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks);
-    GemvStage<T, true, false, kFold>(a, p, kStageQkv, l, c);
+    GemvStage<T, true, false>(a, p, kStageQkv, l, c);
     barrier(l, 0, true);
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
       PhaseClock clock = StageClock(c.profile, 1);
@@ -1032,26 +874,12 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       clock.Lap(3);
     }
     barrier(l, 1, true);
-    GemvStage<T, false, false, kFold>(a, p, kStageOut, l, c);
+    GemvStage<T, false, false>(a, p, kStageOut, l, c);
     barrier(l, 2, true);
-    GemvStage<T, true, true, kFold>(a, p, kStageGateUp, l, c);
-    if constexpr (kFold) {
-      barrier(l, 3, false);
-      FoldDown<T>(a, p, l, c);
-      barrier(l, 4, true);  // after the last layer too: h is read back below
-    } else {
-      barrier(l, 3, true);
-      GemvStage<T, false, false, false>(a, p, kStageDown, l, c);
-      barrier(l, 4, l + 1 < a.num_layers);
-    }
-  }
-  if constexpr (kFold) {  // h from the fixed-point stream, this block's share of it
-    int64_t j0, j1;
-    BlockRows(a.hidden, &j0, &j1);
-    for (int64_t i = threadIdx.x; i < a.batch * (j1 - j0); i += kThreads) {
-      const int64_t at = i / (j1 - j0) * a.hidden + j0 + i % (j1 - j0);
-      static_cast<T*>(a.h)[at] = StoredFromFixed<T>(__ldcg(a.h_fixed + at));
-    }
+    GemvStage<T, true, true>(a, p, kStageGateUp, l, c);
+    barrier(l, 3, true);
+    GemvStage<T, false, false>(a, p, kStageDown, l, c);
+    barrier(l, 4, l + 1 < a.num_layers);
   }
   if (c.profile && threadIdx.x == 0)
     for (int i = 0; i < kPhaseSlots; ++i) a.timeline[3 + 10 * a.num_layers + i] = c.profile[i];
@@ -1064,29 +892,23 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
 // of a block fit in half of it is one tile: the tensor cores take 16 rows at
 // a time, and two tiles of a few rows each would take two passes over k
 // (the down projection's 7 rows a block at Qwen2.5-0.5B's shape). False
-// where a tile of one output row would not fit. With kFold a block's down
-// projection is every output row over its gate/up rows' columns (StageShare).
-template <typename T, int HD, bool kFold>
+// where a tile of one output row would not fit.
+template <typename T, int HD>
 bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes) {
   cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, kFold>) != cudaSuccess) return false;
+  if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD>) != cudaSuccess) return false;
   int device = 0, optin = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   const int64_t widest = std::max({a.hidden, a.mlp, a.heads * a.head_dim}), grid = MultiprocessorCount();
   const int64_t elem = sizeof(T);
   plan->x_floats = std::max<int64_t>(a.batch * RowPitch(widest * elem) / 4, kAttendFloats<HD>);
-  const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
-  const int64_t fold_cols = (a.mlp / 8 + grid - 1) / grid * 8;  // the most gate/up rows of a block (kFold)
-  const int64_t k[kStages] = {a.hidden, a.heads * a.head_dim, a.hidden, kFold ? fold_cols : a.mlp};
-  const int M[kStages] = {1, 1, 2, 1};
-  int64_t rows_of[kStages];  // the most output rows of a block
-  for (int s = 0; s < kStages; ++s) rows_of[s] = (n[s] + grid - 1) / grid;
-  if (kFold) rows_of[kStageGateUp] = fold_cols, rows_of[kStageDown] = a.hidden;
-  plan->block_rows = std::max({rows_of[kStageQkv], rows_of[kStageOut], rows_of[kStageGateUp],
-                               kFold ? int64_t{0} : rows_of[kStageDown]});  // the folded stage has no side elements
+  plan->block_rows = (std::max({a.mlp, a.hidden, (a.heads + 2 * a.kv_heads) * a.head_dim}) + grid - 1) / grid;
   const int64_t fixed = (plan->x_floats + plan->block_rows * (2 + kDecodeMaxRows)) * 4 +
                         a.num_layers * static_cast<int64_t>(sizeof(DecodeLayer));
+  const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
+  const int64_t k[kStages] = {a.hidden, a.heads * a.head_dim, a.hidden, a.mlp};
+  const int M[kStages] = {1, 1, 2, 1};
   // The sums take room from the ring, and a smaller ring can ask for more
   // sums (smaller tiles, more parts of k): a few rounds settle it.
   plan->red_floats = 0;
@@ -1097,20 +919,16 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
     const int64_t tile_cap = plan->ring_bytes / 4;
     int64_t red = 0;
     for (int s = 0; s < kStages; ++s) {
-      const bool folded = kFold && s == kStageDown;  // its sums go to the fixed-point stream, not `red`
-      plan->pitch[s] = folded ? FoldPitch(k[s] * elem) : RowPitch(k[s] * elem);
+      plan->pitch[s] = RowPitch(k[s] * elem);
       const int64_t unit = M[s] * plan->pitch[s];  // an output row's bytes in the ring
       if (unit > tile_cap) return false;
-      const int64_t block_rows = rows_of[s];
+      const int64_t block_rows = (n[s] + grid - 1) / grid;
       // Tiles of at most tile_cap, as even as rows allow (40 rows of 13 at
-      // most: 4 tiles of 10, not 13, 13, 13 and 1). The folded stage's rows
-      // are short, so its tiles of hundreds of rows cost no pass over k
-      // more, and a first tile lands while the gate/up tiles fill the ring.
+      // most: 4 tiles of 10, not 13, 13, 13 and 1).
       const int64_t tiles = (block_rows + tile_cap / unit - 1) / (tile_cap / unit);
-      const bool one_tile = block_rows * unit <= plan->ring_bytes / 2 && !folded;
-      plan->tile_rows[s] = one_tile ? block_rows : (block_rows + tiles - 1) / tiles;
+      plan->tile_rows[s] = block_rows * unit <= plan->ring_bytes / 2 ? block_rows : (block_rows + tiles - 1) / tiles;
       plan->splits[s] = Splits(plan->tile_rows[s], k[s], elem, M[s]);
-      if (!folded) red = std::max(red, block_rows * plan->splits[s] * M[s] * kDecodeMaxRows);
+      red = std::max(red, block_rows * plan->splits[s] * M[s] * kDecodeMaxRows);
     }
     if (red <= plan->red_floats) break;
     plan->red_floats = red;
@@ -1120,9 +938,8 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   return true;
 }
 
-// Calls f(kernel, plan, dynamic_bytes) for the shape's kernel, folding the
-// down projection where a.h_fixed is given and the shape allows (else not);
-// false where no kernel fits.
+// Calls f(kernel, plan, dynamic_bytes) for the shape's kernel; false where
+// it does not fit.
 template <typename F>
 bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, F&& f) {
   bool ok = false;
@@ -1131,18 +948,13 @@ bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, F&& f) {
     auto plan = [&](auto kernel, auto planner) {
       RingPlan p;
       int64_t bytes = 0;
-      if (ok || !planner(a, &p, &bytes)) return;
-      ok = true;
-      f(kernel, p, bytes);
+      ok = planner(a, &p, &bytes);
+      if (ok) f(kernel, p, bytes);
     };
-    const bool fold = a.h_fixed && a.mlp % 8 == 0;
-    if (a.head_dim == 64) {
-      if (fold) plan(DecodeLayersKernel<T, 64, true>, PlanRing<T, 64, true>);
-      plan(DecodeLayersKernel<T, 64, false>, PlanRing<T, 64, false>);
-    } else if (a.head_dim == 128) {
-      if (fold) plan(DecodeLayersKernel<T, 128, true>, PlanRing<T, 128, true>);
-      plan(DecodeLayersKernel<T, 128, false>, PlanRing<T, 128, false>);
-    }
+    if (a.head_dim == 64)
+      plan(DecodeLayersKernel<T, 64>, PlanRing<T, 64>);
+    else if (a.head_dim == 128)
+      plan(DecodeLayersKernel<T, 128>, PlanRing<T, 128>);
   });
   return ok;
 }

@@ -278,7 +278,7 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, in
 
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
-                      int64_t span, bool fold_down, const at::Tensor& timeline) {
+                      int64_t span, const at::Tensor& timeline) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   TORCH_CHECK(Fusable(h) && h.dim() == 2 && h.is_contiguous() && !layers.empty(),
               "PersistentDecode: h must be a contiguous [B, hidden] CUDA tensor");
@@ -345,11 +345,6 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.partial = partial.data_ptr<float>();
   a.barrier = reinterpret_cast<unsigned*>(counts.data_ptr<int>());
   a.counters = counts.data_ptr<int>() + 1;
-  at::Tensor h_fixed;
-  if (fold_down) {
-    h_fixed = at::empty({B, hidden}, h.options().dtype(at::kLong));
-    a.h_fixed = reinterpret_cast<long long*>(h_fixed.data_ptr<int64_t>());
-  }
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
                     timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers),

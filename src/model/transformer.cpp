@@ -331,13 +331,13 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
 }
 
 const std::vector<std::string>& DecodeKernelsNames() {
-  static const std::vector<std::string> names = {"aten", "fused", "persistent", "persistent-fold"};
+  static const std::vector<std::string> names = {"aten", "fused", "persistent"};
   return names;
 }
 
 StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name) {
-  const DecodeKernels kinds[] = {DecodeKernels::kAten, DecodeKernels::kFused, DecodeKernels::kPersistent,
-                                 DecodeKernels::kPersistentFold};  // in DecodeKernelsNames()'s order
+  // In DecodeKernelsNames()'s order.
+  const DecodeKernels kinds[] = {DecodeKernels::kAten, DecodeKernels::kFused, DecodeKernels::kPersistent};
   const auto& names = DecodeKernelsNames();
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == name) return kinds[i];
@@ -351,11 +351,10 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
   const ModelConfig& c = impl_->config;
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
   const bool small = ids.is_cuda() && B <= FusedDecodeMaxRows();
-  const bool persistent = kernels == DecodeKernels::kPersistent || kernels == DecodeKernels::kPersistentFold;
-  if (persistent && small &&
+  if (kernels == DecodeKernels::kPersistent && small &&
       PersistentDecodeFits(impl_->options.dtype, B, span, c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads,
                            kv, hd))
-    return DecodePersistent(ids, positions, cache, span, kernels == DecodeKernels::kPersistentFold);
+    return DecodePersistent(ids, positions, cache, span);
   if (kernels == DecodeKernels::kFused && small && FusedDecodeFits(c.num_heads, kv, hd))
     return DecodeFused(ids, positions, cache, span);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -404,14 +403,14 @@ at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& pos
 // Every layer in one persistent kernel (fused_ops.h), then the final norm
 // and the LM head.
 at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
-                                         int64_t span, bool fold_down) const {
+                                         int64_t span) const {
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
   at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids.view({-1})).contiguous();  // [B, hidden]
   std::vector<DecodeLayerWeights> layers;
   for (int64_t i = 0; i < c.num_layers; ++i) layers.push_back(m.DecodeWeights(i, cache));
   PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads, c.intermediate_size,
-                   span, fold_down);
+                   span);
   return m.DecodeLogits(h);
 }
 

@@ -59,14 +59,14 @@ TEST(GeneratorGpuTest, Bf16GraphsEqualTheUncapturedDecode) {
 }
 
 // Steps launched before the last one's tokens are read, their inputs fed on
-// the device, through graphs (ATen and both persistent decodes): the
-// transformers tokens, two slots for three requests.
+// the device, through graphs (ATen and persistent decode): the transformers
+// tokens, two slots for three requests.
 TEST(GeneratorGpuTest, OverlappedGraphStepsMatchTransformersGreedy) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
   auto model = Transformer::Load(ModelFixtureDir() / "qwen2", {at::kFloat, at::Device("cuda:0")}).value();
   std::vector<std::vector<int32_t>> expected;
   auto requests = GreedyRequests("qwen2", &expected);
-  for (auto kernels : {DecodeKernels::kAten, DecodeKernels::kPersistent, DecodeKernels::kPersistentFold}) {
+  for (auto kernels : {DecodeKernels::kAten, DecodeKernels::kPersistent}) {
     GeneratorOptions options{/*max_batch=*/2, /*max_seq_len=*/300, 0};
     options.decode_kernels = kernels;
     options.overlap = true;

@@ -256,6 +256,7 @@ TEST(GeneratorTest, OverlappedStepsGiveWhatPlainStepsGive) {
   for (int64_t max_batch : {int64_t{2}, int64_t{4}}) {
     GeneratorOptions plain{max_batch, 40, 0};
     plain.slot_decode = true;
+    plain.overlap = false;
     GeneratorOptions overlapped = plain;
     overlapped.overlap = true;
     Generator a(*f.model, tok, plain), b(*f.model, tok, overlapped);

@@ -71,8 +71,7 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
 // as PersistentDecodeFits allows): h [B, hidden], the embeddings of the new
 // tokens, becomes the last layer's output in place; each layer's keys and
 // values go into its caches at `positions` [B] (rows are slots 0..B-1, keys
-// < span). `fold_down`: the down projection folded into the gate/up stage
-// (kernels::DecodeLayersArgs::fold_down). `timeline`, when defined (int64 CUDA
+// < span). `timeline`, when defined (int64 CUDA
 // [PersistentDecodeTimelineSize(layers)], zeros), receives one block's clock
 // (ns) at the start and at the end of each stage's work and of the grid
 // barrier after it, its SM's cycle count at the start and the end, per
@@ -89,6 +88,6 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, in
                           int64_t mlp, int64_t heads, int64_t kv_heads, int64_t head_dim);
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
-                      int64_t span, bool fold_down = false, const at::Tensor& timeline = {});
+                      int64_t span, const at::Tensor& timeline = {});
 
 }  // namespace cuda_agent::model

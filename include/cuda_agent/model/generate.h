@@ -61,14 +61,15 @@ struct GeneratorOptions {
   // The same fixed-shape decode over leading slots without graphs, on any
   // device (lets CPU tests check what the graphs capture).
   bool slot_decode = false;
-  // On CUDA, how decode steps run (Transformer::Decode).
-  DecodeKernels decode_kernels = DecodeKernels::kAten;
+  // On CUDA, how decode steps run (Transformer::Decode): the persistent
+  // kernel where the step fits it (up to 8 rows on Hopper), else ATen.
+  DecodeKernels decode_kernels = DecodeKernels::kPersistent;
   // With slot decode (CUDA graphs, or slot_decode): each Step() launches the
   // next decode step before it reads the last one's tokens, which feed it on
   // the device, so the GPU does not wait for the host between steps. A
   // sequence that ended in the last step drops the token drawn for it in the
   // next; results come back one Step() later.
-  bool overlap = false;
+  bool overlap = true;
 };
 
 struct GeneratorStats {

@@ -34,12 +34,11 @@ struct LoadOptions {
 // How Transformer::Decode computes a step on CUDA (model/fused_ops.h); each
 // falls back to the ATen ops where its kernels do not take the batch or shape.
 enum class DecodeKernels {
-  kAten,            // ATen ops (cuBLAS GEMMs, flash attention, fused elementwise kernels)
-  kFused,           // five kernels per layer, up to FusedDecodeMaxRows() rows
-  kPersistent,      // every layer in one persistent kernel (Hopper; rows as PersistentDecodeFits allows)
-  kPersistentFold,  // the same with the down projection folded into the gate/up stage (fused_ops.h)
+  kAten,        // ATen ops (cuBLAS GEMMs, flash attention, fused elementwise kernels)
+  kFused,       // five kernels per layer, up to FusedDecodeMaxRows() rows
+  kPersistent,  // every layer in one persistent kernel (Hopper; rows as PersistentDecodeFits allows)
 };
-// Their names on command lines: aten, fused, persistent, persistent-fold.
+// Their names on command lines: aten, fused, persistent.
 const std::vector<std::string>& DecodeKernelsNames();
 StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name);
 
@@ -89,8 +88,7 @@ class Transformer {
  private:
   Transformer();
   at::Tensor DecodeFused(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const;
-  at::Tensor DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
-                              bool fold_down) const;
+  at::Tensor DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const;
   template <typename Attend>
   at::Tensor Run(const at::Tensor& ids, const at::Tensor& positions, at::Tensor* values, Attend&& attend) const;
   struct Impl;
