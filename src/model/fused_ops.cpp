@@ -374,8 +374,11 @@ at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& tem
   const bool uniform = std::all_of(temperatures.begin(), temperatures.end(),
                                    [&](double t) { return t == temperatures[0]; });
   at::Tensor per_row;
-  if (!uniform)
-    per_row = at::tensor(std::vector<float>(temperatures.begin(), temperatures.end()), at::kFloat).to(z.device());
+  if (!uniform) {  // through pinned memory: a copy from pageable memory would wait for the stream
+    at::Tensor host = at::empty({rows}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    std::copy(temperatures.begin(), temperatures.end(), host.data_ptr<float>());
+    per_row = host.to(z.device(), /*non_blocking=*/true);
+  }
   std::pair<uint64_t, uint64_t> seed_offset;
   {
     auto* gen = at::check_generator<at::CUDAGeneratorImpl>(generator);
