@@ -14,8 +14,11 @@
 set -euo pipefail
 patch=$(realpath "$1")
 out=$2
-rounds=${3:-3}
-e2e=${4:-}
+shift 2
+rounds=3 e2e=
+for arg in "$@"; do
+  if [ "$arg" = --e2e ]; then e2e=$arg; else rounds=$arg; fi
+done
 mkdir -p "$out"
 root=$(pwd)
 variant=$(mktemp -d /tmp/decode-ab.XXXX)

@@ -330,19 +330,27 @@ at::Tensor Transformer::Forward(const at::Tensor& ids, const at::Tensor& positio
   });
 }
 
+namespace {
+// Each kind of decode kernels by its name on command lines.
+const std::pair<const char*, DecodeKernels> kDecodeKernelsByName[] = {
+    {"aten", DecodeKernels::kAten}, {"fused", DecodeKernels::kFused}, {"persistent", DecodeKernels::kPersistent}};
+}  // namespace
+
 const std::vector<std::string>& DecodeKernelsNames() {
-  static const std::vector<std::string> names = {"aten", "fused", "persistent"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (const auto& [name, kind] : kDecodeKernelsByName) all.push_back(name);
+    return all;
+  }();
   return names;
 }
 
 StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name) {
-  // In DecodeKernelsNames()'s order.
-  const DecodeKernels kinds[] = {DecodeKernels::kAten, DecodeKernels::kFused, DecodeKernels::kPersistent};
-  const auto& names = DecodeKernelsNames();
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == name) return kinds[i];
   std::string known;
-  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  for (const auto& [each, kind] : kDecodeKernelsByName) {
+    if (name == each) return kind;
+    known += (known.empty() ? "" : ", ") + std::string(each);
+  }
   return InvalidArgument("unknown decode kernels '" + name + "' (" + known + ")");
 }
 
