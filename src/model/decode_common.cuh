@@ -1,6 +1,6 @@
 // Device code shared by the per-layer decode kernels (decode_kernels.cu) and
 // the persistent decode kernel (decode_layers.cu): the attention warps'
-// barrier, coherent activation loads, L2 prefetches, the weight row of a GEMV
+// barrier, coherent activation loads, the weight row of a GEMV
 // output. Internal to the model component; nvcc only.
 #pragma once
 
@@ -23,8 +23,6 @@ __device__ inline void SyncAttentionThreads() { asm volatile("bar.sync 1, %0;" :
 // The largest shared-memory carveout for a decode kernel and, over 48 KB of
 // dynamic shared memory, the opt-in (decode_kernels.cu).
 void ConfigureDecodeKernel(const void* kernel, int64_t dynamic_shared_bytes);
-
-__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // Loads of activations through L2 (__ldcg): other blocks of a persistent
 // kernel may have written them since this SM's L1 last saw the line.

@@ -31,6 +31,8 @@ constexpr int kAttentionChunk = 64;  // key positions per attention block
 template <int HD>
 constexpr int kKeysPerPass = kAttentionWarps * (32 / (HD / 8));  // a lane group of HD / 8 per key
 
+__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // The chunk's cached keys and values (written by earlier steps) into L2.
 template <typename T, int HD, int kPasses>
 __device__ void PrefetchChunk(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64_t z) {

@@ -88,14 +88,27 @@ __device__ inline void BarrierArrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SharedAddress(bar)) : "memory");
 #endif
 }
-// Global -> shared, 16-byte multiples, counted on `bar`.
-__device__ inline void BulkCopy(void* dst, const void* src, int64_t bytes, uint64_t* bar) {
+// Global -> shared, 16-byte multiples, counted on `bar`, under the L2 cache
+// policy `policy` (EvictFirst).
+__device__ inline void BulkCopy(void* dst, const void* src, int64_t bytes, uint64_t* bar, uint64_t policy) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   SharedAddress(dst)),
-               "l"(src), "r"(static_cast<uint32_t>(bytes)), "r"(SharedAddress(bar))
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          SharedAddress(dst)),
+      "l"(src), "r"(static_cast<uint32_t>(bytes)), "r"(SharedAddress(bar)), "l"(policy)
+      : "memory");
 #endif
+}
+// An L2 policy whose lines go first when L2 needs room: the weights, read
+// once a step, then leave the activations, the attention's partials and the
+// cached keys and values in L2 (measured on an H200: 785 -> 759 us at batch
+// 1, 1096 -> 1130 tok/s).
+__device__ inline uint64_t EvictFirst() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
 }
 // Orders this block's earlier shared-memory reads before later bulk copies.
 __device__ inline void AsyncProxyFence() {
@@ -167,6 +180,7 @@ struct Producer {
   int64_t issued = 0, consumed = 0;  // tiles
   uint32_t head = 0, tail = 0;       // bytes: ends of the last issued and of the last consumed tile
   uint32_t end[kTilesInFlight];
+  uint64_t policy = EvictFirst();  // of the weight copies
 
   // Issues tiles while the ring has room for the next.
   template <typename T>
@@ -202,7 +216,7 @@ struct Producer {
         const T* bias;
         const T* from = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
                                  : WeightRow<T, false>(g, row + i, 0, &bias);
-        BulkCopy(dst + i * p.pitch[stage], from, row_bytes, &ring.done[q]);
+        BulkCopy(dst + i * p.pitch[stage], from, row_bytes, &ring.done[q], policy);
       }
       head = start + bytes;
       ++issued;
@@ -387,18 +401,6 @@ struct KeyRange {
 __device__ inline KeyRange ChunkKeys(const DecodeAttentionArgs& a, int64_t b, int64_t z) {
   const int64_t pos = a.positions[b], last = pos < a.span ? pos : a.span - 1, begin = z * kChunkKeys;
   return {pos, begin, min(begin + kChunkKeys, last + 1)};
-}
-
-// The chunk's cached keys and values into L2.
-template <typename T, int HD>
-__device__ void PrefetchKeys(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64_t z) {
-  constexpr int lines = HD * sizeof(T) / 128 > 0 ? HD * sizeof(T) / 128 : 1;
-  const KeyRange r = ChunkKeys(a, b, z);
-  for (int i = threadIdx.x; i < (r.end - r.begin) * lines * 2; i += kThreads) {
-    const int64_t t = r.begin + i / (lines * 2), line = i % lines;
-    const char* cache = static_cast<const char*>((i / lines) % 2 ? a.v_cache : a.k_cache);
-    PrefetchL2(cache + ((b * a.max_len + t) * a.kv_heads + g) * HD * sizeof(T) + line * 128);
-  }
 }
 
 // One head of the new token in a warp, lane l holding elements l + 32 i:
@@ -774,24 +776,6 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   clock.Lap(3);
 }
 
-// What a layer's stages read besides weights, activations and the cache
-// into L2 ahead of them: its RMSNorm weights and this block's q/k/v bias
-// elements. Not inlined, as SideValue.
-template <typename T>
-__device__ __noinline__ void PrefetchLayer(const DecodeLayersArgs& a, const DecodeLayer& layer) {
-  const int64_t lines = (a.hidden * static_cast<int64_t>(sizeof(T)) + 127) / 128;
-  for (int64_t i = threadIdx.x; i < 2 * lines; i += kThreads)
-    PrefetchL2(static_cast<const char*>(i < lines ? layer.input_norm : layer.post_norm) + i % lines * 128);
-  int64_t n, j0, j1;
-  const DecodeGemvArgs g = StageGemv(a, kStageQkv, layer, &n);
-  BlockRows(n, &j0, &j1);
-  if (threadIdx.x < 2 && j0 < j1) {
-    const T* bias;
-    WeightRow<T, false>(g, threadIdx.x ? j1 - 1 : j0, 0, &bias);
-    if (bias) PrefetchL2(bias);
-  }
-}
-
 // The attention of `layer` as DecodeAttention's arguments; `positions`: a's,
 // in shared memory.
 template <int HD>
@@ -851,13 +835,8 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     if (wait) GridBarrier(a.barrier, ++arrivals * gridDim.x);
     Mark(a, 2 + (l * 5 + s) * 2, l + 1 == a.num_layers && s == 4 ? 1 : -1);
   };
-  PrefetchLayer<T>(a, layers[0]);
   for (int64_t l = 0; l < a.num_layers; ++l) {
-    if (l + 1 < a.num_layers) PrefetchLayer<T>(a, layers[l + 1]);
     const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
-    // This block's cached keys and values of the layer, into L2 meanwhile.
-    for (int64_t i = blockIdx.x; i < items; i += gridDim.x)
-      PrefetchKeys<T, HD>(att, i / chunks / a.kv_heads, i / chunks % a.kv_heads, i % chunks);
     GemvStage<T, true, false>(a, p, kStageQkv, l, c);
     barrier(l, 0, true);
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
