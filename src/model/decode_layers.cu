@@ -591,6 +591,26 @@ __device__ inline void Mma16x8x16(float (&d)[4], uint32_t a0, uint32_t a1, uint3
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The two m16n8k16 products of k block kb (32 elements) of a unit (TileDots),
+// added to d. kPartial: `left` elements of k remain from kb on, fewer than
+// 32 in the last block of a k that is no multiple of 32, and those past k
+// are zeros, not the padding. Full blocks skip the masking, which would sit
+// between each block's loads and its products.
+template <typename T, bool kPartial>
+__device__ inline void BlockProducts(float (&d)[2][4], uint32_t a_row, uint32_t x_lane, int kb, int left) {
+  uint32_t a[8], b[4];
+  LoadMatrices(a, a_row + kb * 64);
+  LoadMatrices(a + 4, a_row + kb * 64 + 32);
+  LoadMatrices(b, x_lane + kb * 64);
+  if constexpr (kPartial) {
+    if (left <= 8) a[2] = a[3] = b[1] = 0;
+    if (left <= 16) a[4] = a[5] = b[2] = 0;
+    if (left <= 24) a[6] = a[7] = b[3] = 0;
+  }
+  Mma16x8x16<T>(d[0], a[0], a[1], a[2], a[3], b[0], b[1]);
+  Mma16x8x16<T>(d[1], a[4], a[5], a[6], a[7], b[2], b[3]);
+}
+
 // A tile's dot products: its rows are the block's [first, first + rows) of
 // the stage, M * rows of them in the ring (matrix m's rows after those of
 // the matrices before it), `pitch` elements apart as the input's rows in xs.
@@ -622,19 +642,10 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
       const int kb0 = blocks * part >> shift, kb1 = blocks * (part + 1) >> shift;
       const uint32_t a_row = a_lane + min(g * 16 + lane % 16, total - 1) * pitch * 2;
       float d[2][4] = {};  // the two products of a block: two chains, not one
+      const int whole = min(kb1, k / 32);  // blocks of 32 elements of k, unmasked
 #pragma unroll 2
-      for (int kb = kb0; kb < kb1; ++kb) {
-        uint32_t a[8], b[4];
-        LoadMatrices(a, a_row + kb * 64);
-        LoadMatrices(a + 4, a_row + kb * 64 + 32);
-        LoadMatrices(b, x_lane + kb * 64);
-        const int left = k - kb * 32;  // past k, a last 8, 16 or 24: zeros, not the padding
-        if (left <= 8) a[2] = a[3] = b[1] = 0;
-        if (left <= 16) a[4] = a[5] = b[2] = 0;
-        if (left <= 24) a[6] = a[7] = b[3] = 0;
-        Mma16x8x16<T>(d[0], a[0], a[1], a[2], a[3], b[0], b[1]);
-        Mma16x8x16<T>(d[1], a[4], a[5], a[6], a[7], b[2], b[3]);
-      }
+      for (int kb = kb0; kb < whole; ++kb) BlockProducts<T, false>(d, a_row, x_lane, kb, 32);
+      for (int kb = max(kb0, whole); kb < kb1; ++kb) BlockProducts<T, true>(d, a_row, x_lane, kb, k - kb * 32);
       // Lane (r, q) = (lane / 4, lane % 4) holds rows r (j = 0, 1) and r + 8
       // (j = 2, 3) of the unit's 16, batch rows 2 q and 2 q + 1.
 #pragma unroll
