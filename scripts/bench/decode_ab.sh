@@ -21,7 +21,10 @@ for arg in "$@"; do
 done
 mkdir -p "$out"
 root=$(pwd)
-variant=$(mktemp -d /tmp/decode-ab.XXXX)
+# One fixed place, so that a second run on a machine still up rebuilds only
+# what changed in build-gpu-ab (whose cache names this source directory).
+variant=/tmp/decode-ab
+rm -rf "$variant" && mkdir -p "$variant"
 tar -cf - --exclude=./.git --exclude=./.device --exclude='./build*' . | tar -xf - -C "$variant"
 git -C "$variant" apply "$patch"  # outside a repository: a plain patch
 build() {  # source dir, build dir

@@ -48,5 +48,8 @@ inline int64_t SampleTokensWorkFloats(int64_t rows, int64_t vocab) {
 int SampleTokens(Dtype dtype, const void* logits, int64_t rows, int64_t vocab, const float* temperature,
                  float uniform_temperature, uint64_t seed, uint64_t offset, float* work, int* counters, float* out,
                  cudaStream_t stream);
+// ids[slots[i]] = picks[rows[i]] (a token id held as a float), i < n.
+int FeedTokens(const float* picks, const int64_t* rows, const int64_t* slots, int64_t n, int64_t* ids,
+               cudaStream_t stream);
 
 }  // namespace cuda_agent::model::kernels

@@ -399,4 +399,24 @@ at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& tem
 #endif
 }
 
+void FeedTokens(const at::Tensor& picks, const at::Tensor& rows, const at::Tensor& slots, at::Tensor& ids) {
+  TORCH_CHECK(picks.dim() == 2 && picks.size(0) == 2 && picks.scalar_type() == at::kFloat &&
+                  rows.scalar_type() == at::kLong && slots.scalar_type() == at::kLong &&
+                  ids.scalar_type() == at::kLong && rows.numel() == slots.numel(),
+              "FeedTokens: picks [2, R] fp32, as many int64 rows as slots, int64 ids; got ", picks.sizes(), ", ",
+              rows.sizes(), ", ", slots.sizes());
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  if (picks.is_cuda()) {
+    TORCH_CHECK(ids.is_contiguous() && rows.is_contiguous() && slots.is_contiguous(),
+                "FeedTokens: contiguous ids, rows and slots");
+    at::Tensor tokens = picks[0].contiguous();
+    Check(kernels::FeedTokens(tokens.data_ptr<float>(), rows.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
+                              slots.numel(), ids.data_ptr<int64_t>(), Stream(ids)),
+          "feed tokens");
+    return;
+  }
+#endif
+  ids.index_copy_(0, slots, picks[0].index_select(0, rows).to(at::kLong));
+}
+
 }  // namespace cuda_agent::model

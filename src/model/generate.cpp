@@ -67,7 +67,7 @@ size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b
 }  // namespace
 
 // Captured decode steps by (rows, span). They share one memory pool: replays
-// run one at a time, and each copies its logits into decode_logits_.
+// run one at a time, and each writes its logits into decode_logits_.
 struct Generator::Graphs {
 #ifdef CUDA_AGENT_WITH_CUDA
   at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
@@ -449,8 +449,8 @@ at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const s
   // Every row's entries lie within the first `rows` columns.
   decode_inputs_.narrow(1, 0, rows).copy_(staging.narrow(1, 0, rows), /*non_blocking=*/true);
   if (n > 0) {
-    at::Tensor tokens = picks[0].index_select(0, decode_inputs_[3].narrow(0, 0, n)).to(at::kLong);
-    decode_inputs_[0].index_copy_(0, decode_inputs_[2].narrow(0, 0, n), tokens);
+    at::Tensor ids_row = decode_inputs_[0];
+    FeedTokens(picks, decode_inputs_[3].narrow(0, 0, n), decode_inputs_[2].narrow(0, 0, n), ids_row);
   }
   at::Tensor logits = DecodeSlots(rows, span);
   if (static_cast<int64_t>(running.size()) == rows) return logits;
@@ -466,7 +466,7 @@ at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {
 #ifdef CUDA_AGENT_WITH_CUDA
   if (options_.cuda_graphs && decode_inputs_.is_cuda()) return ReplayDecode(rows, span, ids, positions, out);
 #endif
-  return out.copy_(model_.Decode(ids, positions, cache_, span, options_.decode_kernels));
+  return model_.Decode(ids, positions, cache_, span, options_.decode_kernels, &out);
 }
 
 #ifdef CUDA_AGENT_WITH_CUDA
@@ -481,10 +481,10 @@ at::Tensor Generator::ReplayDecode(int64_t rows, int64_t span, const at::Tensor&
     auto stream = c10::cuda::getStreamFromPool(false, decode_inputs_.device().index());
     {
       c10::cuda::CUDAStreamGuard guard(stream);
-      out.copy_(model_.Decode(ids, positions, cache_, span, options_.decode_kernels));
+      model_.Decode(ids, positions, cache_, span, options_.decode_kernels, &out);
       graph = std::make_unique<at::cuda::CUDAGraph>();
       graph->capture_begin(graphs_->pool);
-      out.copy_(model_.Decode(ids, positions, cache_, span, options_.decode_kernels));
+      model_.Decode(ids, positions, cache_, span, options_.decode_kernels, &out);
       graph->capture_end();
     }
     stream.synchronize();

@@ -123,7 +123,20 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
 }
 
+__global__ void FeedTokensKernel(const float* __restrict__ picks, const int64_t* __restrict__ rows,
+                                 const int64_t* __restrict__ slots, int64_t n, int64_t* __restrict__ ids) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) ids[slots[i]] = static_cast<int64_t>(picks[rows[i]]);
+}
+
 }  // namespace
+
+int FeedTokens(const float* picks, const int64_t* rows, const int64_t* slots, int64_t n, int64_t* ids,
+               cudaStream_t stream) {
+  if (n == 0) return 0;
+  FeedTokensKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(picks, rows, slots, n, ids);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int64_t SampleTokensSplits(int64_t rows, int64_t vocab) {
   // About two blocks per SM over all rows, each run at least 2048 elements.

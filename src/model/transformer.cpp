@@ -185,11 +185,12 @@ struct Transformer::Impl {
     return w;
   }
 
-  // The final norm and the LM head of the decode paths; the LM head is one
-  // large GEMV (136M weights for Qwen2.5-0.5B), which cuBLAS streams faster
-  // than DecodeLinear does.
-  at::Tensor DecodeLogits(const at::Tensor& h) const {
-    return at::linear(RmsNorm(h, P("model.norm.weight"), config.rms_norm_eps), Head());
+  // The final norm and the LM head of the decode paths, into *out where
+  // given; the LM head is one large GEMV (136M weights for Qwen2.5-0.5B),
+  // which cuBLAS streams faster than DecodeLinear does.
+  at::Tensor DecodeLogits(const at::Tensor& h, at::Tensor* out) const {
+    const at::Tensor x = RmsNorm(h, P("model.norm.weight"), config.rms_norm_eps);
+    return out ? at::linear_out(*out, x, Head()) : at::linear(x, Head());
   }
 };
 
@@ -355,16 +356,16 @@ StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name) {
 }
 
 at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
-                               DecodeKernels kernels) const {
+                               DecodeKernels kernels, at::Tensor* logits) const {
   const ModelConfig& c = impl_->config;
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
   const bool small = ids.is_cuda() && B <= FusedDecodeMaxRows();
   if (kernels == DecodeKernels::kPersistent && small &&
       PersistentDecodeFits(impl_->options.dtype, B, span, c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads,
                            kv, hd))
-    return DecodePersistent(ids, positions, cache, span);
+    return DecodePersistent(ids, positions, cache, span, logits);
   if (kernels == DecodeKernels::kFused && small && FusedDecodeFits(c.num_heads, kv, hd))
-    return DecodeFused(ids, positions, cache, span);
+    return DecodeFused(ids, positions, cache, span, logits);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   at::Tensor pos = positions.view({B});
   at::Tensor flat = at::arange(B, pos.options()) * cache.max_len + pos;  // row b -> (slot b, its position)
@@ -372,7 +373,7 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
   at::Tensor visible = at::arange(span, pos.options()).view({1, 1, 1, span}) <= pos.view({B, 1, 1, 1});
   at::Tensor mask = at::zeros({B, 1, 1, span}, pos.options().dtype(impl_->options.dtype))
                         .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
-  at::Tensor logits =
+  at::Tensor out =
       Run(ids, positions, nullptr, [&](int64_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
         cache.k[i].view({-1, kv, hd}).index_copy_(0, flat, k.view({B, kv, hd}));
         cache.v[i].view({-1, kv, hd}).index_copy_(0, flat, v.view({B, kv, hd}));
@@ -383,14 +384,14 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
         return at::scaled_dot_product_attention(q.reshape({B, kv, group, hd}), kk, vv, mask, 0.0, false, scale)
             .reshape({B, c.num_heads, 1, hd});
       });
-  return logits.select(1, 0);
+  return logits ? logits->copy_(out.select(1, 0)) : out.select(1, 0);
 }
 
 // Five kernels per layer (fused_ops.h): norm + q/k/v projections; q/k norm,
 // rotary, cache write and attention; output projection + residual; norm +
 // gate/up projections + SwiGLU; down projection + residual.
 at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
-                                    int64_t span) const {
+                                    int64_t span, at::Tensor* logits) const {
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
   const double eps = c.rms_norm_eps;
@@ -405,13 +406,13 @@ at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& pos
     at::Tensor act = DecodeLinear(h, w.post_norm, eps, {w.gate, w.up}, true, {});
     h = DecodeLinear(act, {}, eps, {w.down}, false, h);
   }
-  return m.DecodeLogits(h);
+  return m.DecodeLogits(h, logits);
 }
 
 // Every layer in one persistent kernel (fused_ops.h), then the final norm
 // and the LM head.
 at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
-                                         int64_t span) const {
+                                         int64_t span, at::Tensor* logits) const {
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
   at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids.view({-1})).contiguous();  // [B, hidden]
@@ -419,7 +420,7 @@ at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor
   for (int64_t i = 0; i < c.num_layers; ++i) layers.push_back(m.DecodeWeights(i, cache));
   PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads, c.intermediate_size,
                    span);
-  return m.DecodeLogits(h);
+  return m.DecodeLogits(h, logits);
 }
 
 const std::vector<std::pair<std::string, at::Tensor>>& Transformer::parameters() const { return impl_->params; }

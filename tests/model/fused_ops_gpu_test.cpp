@@ -230,6 +230,19 @@ TEST(FusedOpsGpuTest, SampleTokensPicksTheArgmaxAndDrawsFromTheSoftmax) {
   EXPECT_FALSE(at::equal(a[0], b[0]));
 }
 
+// The sampled tokens into the next step's ids: on the GPU as on the CPU
+// (ATen's index_select and index_copy), other slots left as they were.
+TEST(FusedOpsGpuTest, FeedTokensWritesEachPickIntoItsSlot) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  at::Tensor picks = at::tensor({11.f, 22.f, 151935.f, 44.f, -0.5f, -1.5f, -2.5f, -3.5f}).view({2, 4});
+  at::Tensor rows = at::tensor({2, 0, 3}, at::kLong), slots = at::tensor({4, 1, 0}, at::kLong);
+  at::Tensor cpu = at::full({6}, 7, at::kLong), gpu = cpu.to(kGpu);
+  FeedTokens(picks, rows, slots, cpu);
+  FeedTokens(picks.to(kGpu), rows.to(kGpu), slots.to(kGpu), gpu);
+  EXPECT_TRUE(at::equal(cpu, at::tensor({44, 11, 7, 7, 151935, 7}, at::kLong))) << cpu;
+  EXPECT_TRUE(at::equal(gpu.cpu(), cpu)) << gpu;
+}
+
 TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
   for (const std::string& name : kFusedDecodes)
@@ -262,6 +275,12 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
         const double tol = dtype == at::kFloat ? 1e-4 : 0.05;
         const double scale = want.narrow(0, 0, 2).abs().max().item<double>();
         ExpectNear(got.narrow(0, 0, 2), want.narrow(0, 0, 2), tol * scale, 0, what + " logits");
+        // The same step again, its logits written into a given tensor (as the
+        // generator's graphs do): every row written.
+        at::Tensor into = at::full({3, config.vocab_size}, NAN, prompt.options().dtype(dtype));
+        at::Tensor returned = model->Decode(ids, positions, fused, span, kernels, &into);
+        EXPECT_EQ(returned.data_ptr(), into.data_ptr()) << what;
+        ExpectNear(into, got, tol * scale, 0, what + " logits written into a given tensor");
         if (dtype == at::kFloat) {
           EXPECT_TRUE(got.narrow(0, 0, 2).argmax(-1).equal(want.narrow(0, 0, 2).argmax(-1))) << what;
         }

@@ -39,6 +39,12 @@ bool HaveFusedKernels();
 // softmax(logits / t)).
 at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator);
 
+// ids[slots[i]] = picks[0][rows[i]] for each i < slots.numel(): the tokens a
+// step sampled (SampleTokens's [2, R] picks, ids held as floats) fed to the
+// next step's ids (int64) without a trip through the host. rows, slots:
+// int64, on the picks' device. One kernel on CUDA with the fused kernels.
+void FeedTokens(const at::Tensor& picks, const at::Tensor& rows, const at::Tensor& slots, at::Tensor& ids);
+
 // ---- The decode step in a few kernels per layer (CUDA; Transformer::Decode) ----
 
 // Rows (one new token each) one fused decode step takes at most; whether a

@@ -69,10 +69,11 @@ class Transformer {
 
   // One new token for each of the cache's first B slots (row b is slot b):
   // ids, positions [B, 1]; keys at positions < span are visible, and
-  // span > every position. Returns logits [B, V]. No host synchronisation and
+  // span > every position. Returns logits [B, V], written into *logits
+  // (contiguous, the model's dtype) where given. No host synchronisation and
   // fixed shapes for fixed (B, span), so a CUDA graph can capture it.
   at::Tensor Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
-                    DecodeKernels kernels = DecodeKernels::kAten) const;
+                    DecodeKernels kernels = DecodeKernels::kAten, at::Tensor* logits = nullptr) const;
 
   // Hugging Face name -> parameter; the value head as value_head.weight/bias.
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const;
@@ -87,8 +88,10 @@ class Transformer {
 
  private:
   Transformer();
-  at::Tensor DecodeFused(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const;
-  at::Tensor DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span) const;
+  at::Tensor DecodeFused(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
+                         at::Tensor* logits) const;
+  at::Tensor DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
+                              at::Tensor* logits) const;
   template <typename Attend>
   at::Tensor Run(const at::Tensor& ids, const at::Tensor& positions, at::Tensor* values, Attend&& attend) const;
   struct Impl;
