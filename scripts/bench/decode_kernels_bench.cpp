@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   const double layer_mb = ((heads + 2 * kv) * hd * hidden + heads * hd * hidden + 3.0 * mlp * hidden) * 2 / 1e6;
   // Where a layer's time goes: block 0's clock at the end of each stage's
   // work and of the barrier after it, averaged over runs and layers.
-  const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up", "down + residual"};
+  const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up", "down, in gate/up"};
   at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers)},
                                   at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
   std::vector<double> work(5), wait(5);

@@ -45,6 +45,19 @@ __device__ inline Pack<T, V> LoadPackCoherent(const T* p) {
   }
 }
 
+// V floats, rounded to T (V a multiple of 4).
+template <typename T, int V>
+__device__ inline Pack<T, V> RoundPackCoherent(const float* p) {
+  Pack<T, V> r;
+#pragma unroll
+  for (int i = 0; i < V; i += 4) {
+    const float4 f = __ldcg(reinterpret_cast<const float4*>(p + i));
+    r.v[i] = FromFloat<T>(f.x), r.v[i + 1] = FromFloat<T>(f.y), r.v[i + 2] = FromFloat<T>(f.z),
+    r.v[i + 3] = FromFloat<T>(f.w);
+  }
+  return r;
+}
+
 // The attention output of the `group` query heads of one key head, merged
 // from the partial softmaxes of a split over `chunks` chunks at `partials`
 // (a chunk: kDecodeMaxGroup maxima, as many sums (0: no position),

@@ -79,8 +79,9 @@ struct DecodeLayer {
 };
 
 // One block per SM runs the layers' stages (norm + q/k/v, attention, o +
-// residual, norm + gate/up + SwiGLU, down + residual) with a grid-wide
-// barrier after each. The weights stream into a ring of shared memory by
+// residual, norm + gate/up + SwiGLU with the down projection folded in: each
+// block's part of it added to the residual stream by atomics) with a
+// grid-wide barrier after each. The weights stream into a ring of shared memory by
 // bulk copies (TMA) that run ahead of the computation, across stages and
 // layers, as far as the ring holds. h [batch, hidden] holds the embeddings on
 // entry and the last layer's output on return. Hopper and later.
@@ -93,13 +94,15 @@ struct DecodeLayersArgs {
   const float* inv_freq = nullptr;
   void* h = nullptr;
   // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], attn [batch,
-  // heads * head_dim], act [batch, mlp]; partial as for DecodeAttention, over
-  // DecodeLayersAttentionChunks(span, head_dim) chunks, merged into attn by
-  // the last block of each (row, key head), counted in `counters` (batch *
-  // kv_heads zeros; the kernel leaves them zero); barrier: one zero.
+  // heads * head_dim], h_sum [batch, hidden] fp32 (the residual stream, to
+  // which each block adds its part of the down projection); partial as for
+  // DecodeAttention, over DecodeLayersAttentionChunks(span, head_dim)
+  // chunks, merged into attn by the last block of each (row, key head),
+  // counted in `counters` (batch * kv_heads zeros; the kernel leaves them
+  // zero); barrier: one zero.
   void* qkv = nullptr;
   void* attn = nullptr;
-  void* act = nullptr;
+  float* h_sum = nullptr;
   float* partial = nullptr;
   int* counters = nullptr;
   unsigned* barrier = nullptr;

@@ -14,7 +14,10 @@
 // four rows at a time (fp32), with no block barrier until the stage's
 // outputs. The attention splits the keys into chunks of 32, a block per
 // chunk and a warp per query head; the last block of each key head to
-// finish merges the chunks for the o stage.
+// finish merges the chunks for the o stage. The down projection has no
+// stage of its own (FoldDown): each block multiplies its gate/up outputs by
+// the same columns of the down weights and adds the partial sums into an
+// fp32 copy of the residual stream, so a layer has four grid barriers.
 //
 // At batch 1 the kernel is bound by latency, not bandwidth: each stage's
 // input is a round trip through L2 after a grid barrier, and only 8
@@ -25,6 +28,9 @@
 // (its ring, stages and shared-memory layout), compiled as one unit so that
 // the stages inline into the kernel where that pays.
 #include "decode_kernels.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 
@@ -48,6 +54,8 @@ enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 // k its units take (Splits).
 struct RingPlan {
   int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0;
+  int64_t fold_cols = 0;  // the most gate/up rows of a block: its columns of the down projection (FoldDown)
+  int64_t fold_box_rows = 0;  // rows of one 2D copy of them; a tile of the down projection is whole copies
   int64_t tile_rows[kStages] = {};
   int64_t pitch[kStages] = {};  // bytes between rows of weights and of inputs (RowPitch)
   int splits[kStages] = {};
@@ -99,6 +107,26 @@ __device__ inline void BulkCopy(void* dst, const void* src, int64_t bytes, uint6
       : "memory");
 #endif
 }
+// A box of a 2D tensor (rows `row` on, columns `col` on) -> shared memory,
+// dense, counted on `bar`, under `policy`. `map` lies in the kernel's
+// parameters.
+__device__ inline void TensorCopy(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3}], [%4], %5;" ::"r"(SharedAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(SharedAddress(bar)), "l"(policy)
+      : "memory");
+#endif
+}
+// *p += v, four floats at once, in L2 (16-byte aligned p).
+__device__ inline void RedAddFour(float* p, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z),
+               "f"(v.w)
+               : "memory");
+#endif
+}
 // An L2 policy whose lines go first when L2 needs room: the weights, read
 // once a step, then leave the activations, the attention's partials and the
 // cached keys and values in L2 (measured on an H200: 785 -> 759 us at batch
@@ -145,21 +173,48 @@ __device__ inline DecodeGemvArgs StageGemv(const DecodeLayersArgs& a, int s, con
     g.x = a.attn, g.k = a.heads * a.head_dim, g.m[0] = layer.o, g.residual = a.h, g.y = a.h;
     *n = a.hidden;
   } else if (s == kStageGateUp) {
-    g.x = a.h, g.k = a.hidden, g.norm_weight = layer.post_norm, g.swiglu = true, g.y = a.act;
+    g.x = a.h, g.k = a.hidden, g.norm_weight = layer.post_norm, g.swiglu = true;  // outputs: FoldDown's
     g.m[0] = layer.gate, g.m[1] = layer.up;
     *n = a.mlp;
-  } else {
-    g.x = a.act, g.k = a.mlp, g.m[0] = layer.down, g.residual = a.h, g.y = a.h;
+  } else {  // FoldDown's: inputs from the gate/up stage, outputs added to a.h_sum
+    g.k = a.mlp, g.m[0] = layer.down;
     *n = a.hidden;
   }
   return g;
 }
 
-// This block's output rows of a stage with n rows (n * blocks < 2^31).
-__device__ inline void BlockRows(int64_t n, int64_t* j0, int64_t* j1) {
-  *j0 = static_cast<int>(n) * blockIdx.x / gridDim.x;
-  *j1 = static_cast<int>(n) * (blockIdx.x + 1) / gridDim.x;
+// This block's share [j0, j1) of n rows, split in runs of `align` (n a
+// multiple of it; n * blocks < 2^31).
+__device__ inline void BlockRows(int64_t n, int64_t align, int64_t* j0, int64_t* j1) {
+  const int runs = static_cast<int>(n / align);
+  *j0 = runs * blockIdx.x / gridDim.x * align;
+  *j1 = runs * (blockIdx.x + 1) / gridDim.x * align;
 }
+
+// This block's gate/up rows: runs of 16 bytes of weights, as they are its
+// columns of the down projection (FoldDown), whose 2D copies start at
+// 16-byte aligned addresses.
+template <typename T>
+__device__ inline void GateUpRows(const DecodeLayersArgs& a, int64_t* j0, int64_t* j1) {
+  BlockRows(a.mlp, 16 / sizeof(T), j0, j1);
+}
+
+// This block's rows of stage s (of n): q/k/v and o split evenly, gate/up as
+// GateUpRows; of the folded down projection every row (hidden), for a block
+// with gate/up rows.
+template <typename T>
+__device__ inline void StageRows(const DecodeLayersArgs& a, int s, int64_t n, int64_t* j0, int64_t* j1) {
+  if (s == kStageQkv || s == kStageOut) return BlockRows(n, 1, j0, j1);
+  GateUpRows<T>(a, j0, j1);
+  if (s == kStageDown) *j1 = *j0 < *j1 ? n : 0, *j0 = 0;
+}
+
+// The down projections as 2D tensors [hidden, mlp], a layer each, whose
+// boxes (RingPlan::fold_cols columns by fold_box_rows rows) the copying
+// warp copies for FoldDown.
+struct FoldMaps {
+  CUtensorMap down[kDecodeMaxLayers];
+};
 
 // Tile t lands on done[t % kTilesInFlight] and is released on
 // freed[t % kTilesInFlight], phase t / kTilesInFlight of both.
@@ -183,36 +238,48 @@ struct Producer {
   uint64_t policy = EvictFirst();  // of the weight copies
 
   // Issues tiles while the ring has room for the next.
+  // A tile of the down projection is 2D copies of fold_box_rows rows by
+  // fold_cols columns, dense, at a 128-byte aligned place in the ring.
   template <typename T>
-  __device__ void Issue(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring) {
+  __device__ void Issue(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring, const FoldMaps& maps) {
     while (layer < a.num_layers && issued - consumed < kTilesInFlight) {
       int64_t n, j0, j1;
       const DecodeGemvArgs g = StageGemv(a, stage, ring.layers[layer], &n);
-      BlockRows(n, &j0, &j1);
+      StageRows<T>(a, stage, n, &j0, &j1);
       if (row < 0) row = j0;
       if (row >= j1) {
         row = -1;
         if (++stage == kStages) stage = 0, ++layer;
         continue;
       }
+      const bool fold = stage == kStageDown;
       const int64_t rows = min(p.tile_rows[stage], j1 - row), row_bytes = g.k * static_cast<int64_t>(sizeof(T));
       const int count = static_cast<int>(rows) * (g.swiglu ? 2 : 1);  // gate rows, then the same rows of up
-      const uint32_t bytes = static_cast<uint32_t>(count * p.pitch[stage]);
+      const uint32_t bytes = static_cast<uint32_t>((fold ? p.tile_rows[stage] : count) * p.pitch[stage]);
       const uint32_t size = static_cast<uint32_t>(p.ring_bytes);
-      uint32_t start = head;
+      uint32_t start = fold ? (head + 127) / 128 * 128 : head;
       if (start % size + bytes > size) start += size - start % size;
       if (start + bytes - tail > size) return;  // the oldest tiles are still in use
       const int q = static_cast<int>(issued % kTilesInFlight);
       unsigned char* dst = ring.data + start % size;
       const int lane = threadIdx.x % 32;
+      const int boxes = static_cast<int>((rows + p.fold_box_rows - 1) / p.fold_box_rows);  // of a fold tile
       if (lane == 0) {
         ring.offset[q] = static_cast<int>(start % size);
-        BarrierExpectBytes(&ring.done[q], static_cast<uint32_t>(count * row_bytes));
+        BarrierExpectBytes(&ring.done[q], static_cast<uint32_t>(fold ? boxes * p.fold_box_rows * p.pitch[stage]
+                                                                     : count * row_bytes));
       }
       end[q] = start + bytes;
       __syncwarp();
       AsyncProxyFence();
-      for (int i = lane; i < count; i += 32) {  // a row each, RowPitch apart
+      if (fold) {
+        int64_t c0, c1;
+        GateUpRows<T>(a, &c0, &c1);
+        for (int box = lane; box < boxes; box += 32)
+          TensorCopy(dst + box * p.fold_box_rows * p.pitch[stage], &maps.down[layer], static_cast<int>(c0),
+                     static_cast<int>(row + box * p.fold_box_rows), &ring.done[q], policy);
+      }
+      for (int i = lane; i < count && !fold; i += 32) {  // a row each, RowPitch apart
         const T* bias;
         const T* from = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
                                  : WeightRow<T, false>(g, row + i, 0, &bias);
@@ -229,9 +296,10 @@ struct Producer {
   // `ring_full`: block 0's cycles waiting for room per stage, in shared
   // memory (null: not profiled), added to the timeline at the end.
   template <typename T>
-  __device__ void Run(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring, unsigned long long* ring_full) {
+  __device__ void Run(const DecodeLayersArgs& a, const RingPlan& p, const FoldMaps& maps, const Ring& ring,
+                      unsigned long long* ring_full) {
     for (;;) {
-      Issue<T>(a, p, ring);
+      Issue<T>(a, p, ring, maps);
       if (layer >= a.num_layers) break;  // all issued; the copies complete on their own
       const int q = static_cast<int>(consumed % kTilesInFlight);
       const long long start = ring_full ? clock64() : 0;
@@ -303,13 +371,16 @@ constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 1
 // kWarps * kDecodeMaxRows floats); in the same round of loads the bias and
 // residual elements of this block's output rows [j0, j1) into `side` (bias
 // of matrix m at m * rows + r, residual of row b at (2 + b) * rows + r, rows
-// = j1 - j0).
+// = j1 - j0). With `sum` the input is that fp32 copy of the residual
+// stream (FoldDown's), rounded to T, and the block stores its share of it in
+// h, the stream in T.
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1, int pitch, T* xs, float* side,
-                          float* squares) {
+                          float* squares, const float* sum, T* h) {
   constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, U = 4;  // U: packs a thread loads at once
   const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = batch * k / V;
   const int rows = static_cast<int>(j1 - j0), sides = rows * (2 + batch);
+  const int share0 = packs * blockIdx.x / gridDim.x, share1 = packs * (blockIdx.x + 1) / gridDim.x;
   const T* x = static_cast<const T*>(g.x);
   const T* norm = static_cast<const T*>(g.norm_weight);
   SideElements<T, kSwiGlu> side_elements;
@@ -320,7 +391,7 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int i = min(i0 + u * kThreads, packs - 1);  // past the end: a duplicate, not stored
-      v[u] = LoadPackCoherent<T, V>(x + i * V);
+      v[u] = sum ? RoundPackCoherent<T, V>(sum + i * V) : LoadPackCoherent<T, V>(x + i * V);
       if constexpr (kNorm) w[u] = *reinterpret_cast<const Pack<T, V>*>(norm + i * V % k);
     }
 #pragma unroll
@@ -328,6 +399,7 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
       const int i = i0 + u * kThreads;
       if (i >= packs) break;
       const int b = i * V / k;
+      if (sum && i >= share0 && i < share1) *reinterpret_cast<Pack<T, V>*>(h + i * V) = v[u];
       float s = 0;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
@@ -687,10 +759,14 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
 
 // The stage's outputs, this block's rows [j0, j0 + rows) of y: the sums of
 // their parts (TileDots), scaled by 1 / rms with kNorm, with the bias,
-// SwiGLU and the residual from `side` (LoadInput's).
+// SwiGLU and the residual from `side` (LoadInput's). SwiGLU's go to `extra`
+// in shared memory instead ([batch, rows], fp32 of the rounded values, for
+// FoldDown); the others also to `extra` [batch, n] where set, as fp32 plus
+// `extra_bias` (the o stage's: the residual stream that FoldDown adds to,
+// with the down projection's bias).
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int splits, const float* sums,
-                             const float* side, const float* squares) {
+                             const float* side, const float* squares, float* extra, const T* extra_bias) {
   constexpr int R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
   const int batch = static_cast<int>(g.batch);
   for (int i = threadIdx.x; i < rows * batch; i += kThreads) {
@@ -711,7 +787,13 @@ __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int
     float out = y[0];
     if constexpr (kSwiGlu) out = y[0] / (1.f + expf(-y[0])) * y[1];
     if (g.residual) out += side[(2 + b) * rows + row];
-    static_cast<T*>(g.y)[b * n + j0 + row] = FromFloat<T>(out);
+    const T rounded = FromFloat<T>(out);
+    if constexpr (kSwiGlu) {
+      extra[b * rows + row] = ToFloat(rounded);
+    } else {
+      static_cast<T*>(g.y)[b * n + j0 + row] = rounded;
+      if (extra) extra[b * n + j0 + row] = ToFloat(rounded) + (extra_bias ? ToFloat(extra_bias[j0 + row]) : 0.f);
+    }
   }
 }
 
@@ -758,17 +840,21 @@ __device__ inline PhaseClock StageClock(unsigned long long* profile, int s) {
 
 // Stage s of layer l: this block's rows, tile by tile as they land; each
 // warp releases a tile once done with it, and the outputs follow the last.
+// After the first layer the q/k/v stage reads the residual stream from
+// FoldDown's fp32 sums; the o stage starts those sums; gate/up's outputs
+// stay in shared memory (c.xs) for FoldDown.
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t l, Consumer& c) {
   int64_t n, j0, j1;
   const DecodeGemvArgs g = StageGemv(a, s, c.ring.layers[l], &n);
-  BlockRows(n, &j0, &j1);
+  StageRows<T>(a, s, n, &j0, &j1);
   if (j0 >= j1) return;
   PhaseClock clock = StageClock(c.profile, s == kStageQkv ? 0 : s + 1);
   clock.Start();
   T* xs = reinterpret_cast<T*>(c.xs);
   const int pitch = static_cast<int>(p.pitch[s] / sizeof(T));
-  LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares);
+  const float* sum = s == kStageQkv && l > 0 ? a.h_sum : nullptr;
+  LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares, sum, static_cast<T*>(a.h));
   clock.Lap(0);
   const int splits = p.splits[s], shift = 31 - __clz(splits);
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
@@ -783,8 +869,67 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
     clock.Lap(2);
   }
   SyncAttentionThreads();
-  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares);
+  float* extra = kSwiGlu ? c.xs : s == kStageOut ? a.h_sum : nullptr;
+  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares, extra,
+                                  static_cast<const T*>(c.ring.layers[l].down.bias));
   clock.Lap(3);
+}
+
+// The down projection of layer l, folded into the gate/up stage: this
+// block's gate/up outputs (its rows [j0, j1), in c.xs) times the same
+// columns of the down weights, a tile of rows at a time as it lands, a
+// thread per row; the partial sums, staged in c.red, are added into the
+// residual stream's fp32 copy (a.h_sum, which the o stage started) four at
+// a time by vector reductions (every block adds to every element: scalar
+// atomics, four times as many, queued in L2 for 6.6 us a layer on an H200).
+// So the down projection needs no grid barrier and no input of its own.
+template <typename T>
+__device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, Consumer& c) {
+  constexpr int V = 16 / sizeof(T);
+  int64_t j0, j1;
+  GateUpRows<T>(a, &j0, &j1);
+  if (j0 >= j1) return;
+  PhaseClock clock = StageClock(c.profile, 4);
+  clock.Start();
+  SyncAttentionThreads();  // c.xs holds every row's outputs
+  clock.Lap(0);
+  const int batch = static_cast<int>(a.batch), cols = static_cast<int>(j1 - j0), C = static_cast<int>(p.fold_cols);
+  const int hidden = static_cast<int>(a.hidden), tile_rows = static_cast<int>(p.tile_rows[kStageDown]);
+  const float* acts = c.xs;
+  for (int r0 = 0; r0 < hidden; r0 += tile_rows, ++c.tile) {
+    const int q = static_cast<int>(c.tile % kTilesInFlight);
+    BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
+    clock.Lap(1);
+    const T* w = reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]);
+    const int rows = min(tile_rows, hidden - r0);  // a multiple of 4, as tile_rows
+    for (int i = threadIdx.x; i < rows; i += kThreads)
+      for (int b = 0; b < batch; ++b) {  // a row's dot product with each batch row's outputs
+        const float* x = acts + b * cols;
+        float acc[2] = {};  // two chains
+        for (int j = 0; j < cols; j += V) {
+          const Pack<T, V> wp = *reinterpret_cast<const Pack<T, V>*>(w + i * C + j);
+#pragma unroll
+          for (int e = 0; e < V; e += 4) {
+            const float4 xv = *reinterpret_cast<const float4*>(x + j + e);
+            float& sum = acc[e / 4 % 2];
+            sum = fmaf(ToFloat(wp.v[e]), xv.x, sum);
+            sum = fmaf(ToFloat(wp.v[e + 1]), xv.y, sum);
+            sum = fmaf(ToFloat(wp.v[e + 2]), xv.z, sum);
+            sum = fmaf(ToFloat(wp.v[e + 3]), xv.w, sum);
+          }
+        }
+        c.red[b * tile_rows + i] = acc[0] + acc[1];
+      }
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
+    SyncAttentionThreads();
+    for (int i = threadIdx.x; i < batch * rows / 4; i += kThreads) {
+      const int b = i / (rows / 4), e = i % (rows / 4) * 4;
+      RedAddFour(a.h_sum + b * hidden + r0 + e, *reinterpret_cast<const float4*>(c.red + b * tile_rows + e));
+    }
+    if (r0 + tile_rows < hidden) SyncAttentionThreads();  // c.red is free for the next tile
+    clock.Lap(2);
+  }
 }
 
 // The attention of `layer` as DecodeAttention's arguments; `positions`: a's,
@@ -803,8 +948,12 @@ __device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const D
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads + 32, 1)
-    DecodeLayersKernel(const __grid_constant__ DecodeLayersArgs a, const RingPlan p) {
-  extern __shared__ __align__(128) unsigned char shared[];
+    DecodeLayersKernel(const __grid_constant__ DecodeLayersArgs a, const RingPlan p,
+                       const __grid_constant__ FoldMaps maps) {
+  extern __shared__ __align__(128) unsigned char dynamic_shared[];
+  // The ring from a 128-byte boundary, as the 2D copies land (PlanRing
+  // leaves the room).
+  unsigned char* shared = dynamic_shared + (128 - SharedAddress(dynamic_shared) % 128) % 128;
   __shared__ uint64_t tile_done[kTilesInFlight], tile_freed[kTilesInFlight];
   __shared__ int tile_offset[kTilesInFlight];
   __shared__ float squares[kWarps * kDecodeMaxRows];
@@ -835,7 +984,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     for (int q = 0; q < kTilesInFlight; ++q) BarrierInit(&tile_done[q], 1), BarrierInit(&tile_freed[q], kWarps);
   __syncthreads();                // the last one of the whole block
   if (threadIdx.x >= kThreads) {  // the copying warp
-    Producer().Run<T>(a, p, c.ring, c.profile ? c.profile + kPhaseSlots : nullptr);
+    Producer().Run<T>(a, p, maps, c.ring, c.profile ? c.profile + kPhaseSlots : nullptr);
     return;
   }
   Mark(a, 0, 0);
@@ -867,9 +1016,17 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     GemvStage<T, false, false>(a, p, kStageOut, l, c);
     barrier(l, 2, true);
     GemvStage<T, true, true>(a, p, kStageGateUp, l, c);
-    barrier(l, 3, true);
-    GemvStage<T, false, false>(a, p, kStageDown, l, c);
-    barrier(l, 4, l + 1 < a.num_layers);
+    barrier(l, 3, false);
+    FoldDown<T>(a, p, c);
+    barrier(l, 4, true);
+  }
+  // The residual stream's fp32 sums into h, the layers' output, a share a
+  // block.
+  {
+    constexpr int V = 16 / sizeof(T);
+    const int64_t packs = a.batch * a.hidden / V;
+    for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < packs; i += gridDim.x * kThreads)
+      *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(a.h) + i * V) = RoundPackCoherent<T, V>(a.h_sum + i * V);
   }
   if (c.profile && threadIdx.x == 0)
     for (int i = 0; i < kPhaseSlots; ++i) a.timeline[3 + 10 * a.num_layers + i] = c.profile[i];
@@ -892,8 +1049,12 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   const int64_t widest = std::max({a.hidden, a.mlp, a.heads * a.head_dim}), grid = MultiprocessorCount();
   const int64_t elem = sizeof(T);
-  plan->x_floats = std::max<int64_t>(a.batch * RowPitch(widest * elem) / 4, kAttendFloats<HD>);
-  plan->block_rows = (std::max({a.mlp, a.hidden, (a.heads + 2 * a.kv_heads) * a.head_dim}) + grid - 1) / grid;
+  plan->fold_cols = (a.mlp * elem / 16 + grid - 1) / grid * (16 / elem);  // GateUpRows
+  if (plan->fold_cols > 256) return false;                                 // a 2D copy's box: 256 columns at most
+  plan->x_floats =
+      std::max<int64_t>({a.batch * RowPitch(widest * elem) / 4, a.batch * plan->fold_cols, kAttendFloats<HD>});
+  plan->block_rows =
+      std::max((std::max(a.hidden, (a.heads + 2 * a.kv_heads) * a.head_dim) + grid - 1) / grid, plan->fold_cols);
   const int64_t fixed = (plan->x_floats + plan->block_rows * (2 + kDecodeMaxRows)) * 4 +
                         a.num_layers * static_cast<int64_t>(sizeof(DecodeLayer));
   const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
@@ -909,10 +1070,27 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
     const int64_t tile_cap = plan->ring_bytes / 4;
     int64_t red = 0;
     for (int s = 0; s < kStages; ++s) {
+      if (s == kStageDown) {  // FoldDown's: 2D copies of at most 256 rows, every row of the matrix
+        plan->pitch[s] = plan->fold_cols * elem;
+        if (plan->pitch[s] > tile_cap) return false;
+        // Copies of rows in fours (FoldDown's vector reductions), as even as
+        // rows allow; a tile is as many of them as fit in a quarter of the
+        // ring, or all of them where they fit in half of it.
+        const int64_t most = std::min<int64_t>(256, tile_cap / plan->pitch[s]) / 4 * 4;
+        if (most == 0) return false;
+        const int64_t boxes = (a.hidden + most - 1) / most;
+        plan->fold_box_rows = ((a.hidden + boxes - 1) / boxes + 3) / 4 * 4;
+        const int64_t box_bytes = plan->fold_box_rows * plan->pitch[s];
+        const int64_t per_tile = boxes * box_bytes <= plan->ring_bytes / 2 ? boxes : tile_cap / box_bytes;
+        plan->tile_rows[s] = per_tile * plan->fold_box_rows;
+        plan->splits[s] = 1;
+        red = std::max(red, plan->tile_rows[s] * a.batch);  // FoldDown's partial sums
+        continue;
+      }
       plan->pitch[s] = RowPitch(k[s] * elem);
       const int64_t unit = M[s] * plan->pitch[s];  // an output row's bytes in the ring
       if (unit > tile_cap) return false;
-      const int64_t block_rows = (n[s] + grid - 1) / grid;
+      const int64_t block_rows = s == kStageGateUp ? plan->fold_cols : (n[s] + grid - 1) / grid;
       // Tiles of at most tile_cap, as even as rows allow (40 rows of 13 at
       // most: 4 tiles of 10, not 13, 13, 13 and 1).
       const int64_t tiles = (block_rows + tile_cap / unit - 1) / (tile_cap / unit);
@@ -924,22 +1102,53 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
     plan->red_floats = red;
   }
   const int64_t rest = fixed + plan->red_floats * 4;
-  *dynamic_bytes = plan->ring_bytes + rest;
+  *dynamic_bytes = plan->ring_bytes + rest + 128;  // and the ring's alignment
   return true;
 }
 
-// Calls f(kernel, plan, dynamic_bytes) for the shape's kernel; false where
-// it does not fit.
+// The layers' down projections as FoldMaps for `plan`; false where the
+// driver refuses one.
+template <typename T>
+bool EncodeFoldMaps(const DecodeLayersArgs& a, const RingPlan& plan, FoldMaps* maps) {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) return false;
+  const CUtensorMapDataType type = std::is_same_v<T, float>           ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.mlp), static_cast<cuuint64_t>(a.hidden)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.mlp) * sizeof(T)};  // bytes between rows
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(plan.fold_cols),
+                             static_cast<cuuint32_t>(plan.fold_box_rows)};
+  const cuuint32_t steps[2] = {1, 1};
+  for (int64_t l = 0; l < a.num_layers; ++l)
+    if (encode(&maps->down[l], type, 2, const_cast<void*>(a.layers[l].down.w), dims, strides, box, steps,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  return true;
+}
+
+// Calls f(kernel, plan, dynamic_bytes, maps) for the shape's kernel, maps
+// null where `encode` is false; false where it does not fit.
 template <typename F>
-bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, F&& f) {
+bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, bool encode, F&& f) {
   bool ok = false;
   Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     auto plan = [&](auto kernel, auto planner) {
       RingPlan p;
       int64_t bytes = 0;
-      ok = planner(a, &p, &bytes);
-      if (ok) f(kernel, p, bytes);
+      FoldMaps maps;
+      ok = planner(a, &p, &bytes) && (!encode || EncodeFoldMaps<T>(a, p, &maps));
+      if (ok) f(kernel, p, bytes, encode ? &maps : nullptr);
     };
     if (a.head_dim == 64)
       plan(DecodeLayersKernel<T, 64>, PlanRing<T, 64>);
@@ -974,14 +1183,15 @@ bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, i
   DecodeLayersArgs a;
   a.span = span, a.batch = batch, a.num_layers = layers, a.hidden = hidden, a.mlp = mlp, a.heads = heads,
   a.kv_heads = kv_heads, a.head_dim = head_dim;
-  return ShapeFits(dtype, a) && WithPlan(dtype, a, [](auto, const RingPlan&, int64_t) {});
+  return ShapeFits(dtype, a) && WithPlan(dtype, a, false, [](auto, const RingPlan&, int64_t, const FoldMaps*) {});
 }
 
 int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream) {
   if (args.batch == 0) return 0;
   cudaError_t error = cudaSuccess;
   const bool fits =
-      ShapeFits(dtype, args) && WithPlan(dtype, args, [&](auto kernel, const RingPlan& plan, int64_t bytes) {
+      ShapeFits(dtype, args) &&
+      WithPlan(dtype, args, true, [&](auto kernel, const RingPlan& plan, int64_t bytes, const FoldMaps* maps) {
         ConfigureDecodeKernel(reinterpret_cast<const void*>(kernel), bytes);
         cudaLaunchAttribute attribute[1];
         attribute[0].id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
@@ -993,7 +1203,7 @@ int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream)
         config.stream = stream;
         config.attrs = attribute;
         config.numAttrs = 1;
-        error = cudaLaunchKernelEx(&config, kernel, args, plan);
+        error = cudaLaunchKernelEx(&config, kernel, args, plan, *maps);
       });
   if (!fits) return static_cast<int>(cudaErrorInvalidValue);
   return static_cast<int>(error != cudaSuccess ? error : cudaGetLastError());

@@ -154,12 +154,17 @@ std::vector<nlohmann::json> FusedDecodeShapes() {
                          {"num_hidden_layers", 2},   {"max_position_embeddings", 512},
                          {"rope_theta", 10000.0},    {"tie_word_embeddings", true}};
   nlohmann::json llama = base, qwen2 = base, qwen3 = base;
-  llama.update({{"model_type", "llama"}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}});
+  llama.update({{"model_type", "llama"}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"mlp_bias", true}});
   qwen2.update({{"model_type", "qwen2"}, {"hidden_size", 448}, {"num_attention_heads", 7},
                 {"num_key_value_heads", 1}});
   qwen3.update({{"model_type", "qwen3"}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                 {"head_dim", 128}, {"tie_word_embeddings", false}});
-  return {llama, qwen2, qwen3};
+  // Wide enough that the persistent kernel's folded down projection takes
+  // several tiles (on an H200: 8 of 256 rows by 32 columns a block).
+  nlohmann::json wide = llama;
+  wide.update({{"hidden_size", 2048}, {"intermediate_size", 4224}, {"num_attention_heads", 32},
+               {"num_key_value_heads", 4}, {"num_hidden_layers", 1}});
+  return {llama, qwen2, qwen3, wide};
 }
 
 // A random model's biases start at zero; the decode kernels must add them.
