@@ -54,7 +54,7 @@ enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 // k its units take (Splits).
 struct RingPlan {
   int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0;
-  int64_t fold_cols = 0;  // the most gate/up rows of a block: its columns of the down projection (FoldDown)
+  int64_t fold_cols = 0;      // the most gate/up rows of a block: its columns of the down projection (FoldDown)
   int64_t fold_box_rows = 0;  // rows of one 2D copy of them; a tile of the down projection is whole copies
   int64_t tile_rows[kStages] = {};
   int64_t pitch[kStages] = {};  // bytes between rows of weights and of inputs (RowPitch)
@@ -266,8 +266,8 @@ struct Producer {
       const int boxes = static_cast<int>((rows + p.fold_box_rows - 1) / p.fold_box_rows);  // of a fold tile
       if (lane == 0) {
         ring.offset[q] = static_cast<int>(start % size);
-        BarrierExpectBytes(&ring.done[q], static_cast<uint32_t>(fold ? boxes * p.fold_box_rows * p.pitch[stage]
-                                                                     : count * row_bytes));
+        BarrierExpectBytes(&ring.done[q],
+                           static_cast<uint32_t>(fold ? boxes * p.fold_box_rows * p.pitch[stage] : count * row_bytes));
       }
       end[q] = start + bytes;
       __syncwarp();
