@@ -263,7 +263,7 @@ struct Producer {
       const int q = static_cast<int>(issued % kTilesInFlight);
       unsigned char* dst = ring.data + start % size;
       const int lane = threadIdx.x % 32;
-      const int boxes = static_cast<int>((rows + p.fold_box_rows - 1) / p.fold_box_rows);  // of a fold tile
+      const int boxes = fold ? static_cast<int>((rows + p.fold_box_rows - 1) / p.fold_box_rows) : 0;
       if (lane == 0) {
         ring.offset[q] = static_cast<int>(start % size);
         BarrierExpectBytes(&ring.done[q],
@@ -278,12 +278,13 @@ struct Producer {
         for (int box = lane; box < boxes; box += 32)
           TensorCopy(dst + box * p.fold_box_rows * p.pitch[stage], &maps.down[layer], static_cast<int>(c0),
                      static_cast<int>(row + box * p.fold_box_rows), &ring.done[q], policy);
-      }
-      for (int i = lane; i < count && !fold; i += 32) {  // a row each, RowPitch apart
-        const T* bias;
-        const T* from = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
-                                 : WeightRow<T, false>(g, row + i, 0, &bias);
-        BulkCopy(dst + i * p.pitch[stage], from, row_bytes, &ring.done[q], policy);
+      } else {
+        for (int i = lane; i < count; i += 32) {  // a row each, RowPitch apart
+          const T* bias;
+          const T* from = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
+                                   : WeightRow<T, false>(g, row + i, 0, &bias);
+          BulkCopy(dst + i * p.pitch[stage], from, row_bytes, &ring.done[q], policy);
+        }
       }
       head = start + bytes;
       ++issued;
