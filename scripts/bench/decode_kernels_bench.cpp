@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   const double layer_mb = ((heads + 2 * kv) * hd * hidden + heads * hd * hidden + 3.0 * mlp * hidden) * 2 / 1e6;
   // Where a layer's time goes: block 0's clock at the end of each stage's
   // work and of the barrier after it, averaged over runs and layers.
-  const char* stages[5] = {"norm + qkv", "attention", "o + residual", "norm + gate/up", "down, in gate/up"};
+  const char* stages[5] = {"norm + qkv", "attention", "o, in attention", "norm + gate/up", "down, in gate/up"};
   at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers)},
                                   at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
   std::vector<double> work(5), wait(5);
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
                 wait[s]);
     std::printf("    phases (thread 0) %s %5.2f  %s %5.2f  %s %5.2f  %s %5.2f us\n", s == 1 ? "heads" : "input",
                 phases[4 * s], s == 1 ? "keys" : "weights", phases[4 * s + 1], s == 1 ? "softmax" : "dots",
-                phases[4 * s + 2], s == 1 ? "merge" : "outputs", phases[4 * s + 3]);
+                phases[4 * s + 2], s == 1 ? "count" : "outputs", phases[4 * s + 3]);
     breakdown.back()["phases_us"] = {phases[4 * s], phases[4 * s + 1], phases[4 * s + 2], phases[4 * s + 3]};
     if (s != 1) {
       std::printf("    its weight copies waited %5.2f us for room in the ring\n", ring_full[s]);

@@ -58,50 +58,61 @@ __device__ inline Pack<T, V> RoundPackCoherent(const float* p) {
   return r;
 }
 
-// The attention output of the `group` query heads of one key head, merged
-// from the partial softmaxes of a split over `chunks` chunks at `partials`
-// (a chunk: kDecodeMaxGroup maxima, as many sums (0: no position),
-// kDecodeMaxGroup x HD unnormalised outputs), into out (the group's heads,
-// HD apart) in T. The attention threads, a thread per 4 elements of a head,
-// 16 chunks at a time: their loads all in flight together, through L2 (other
-// blocks wrote them).
-template <typename T, int HD>
-__device__ void MergeChunks(const float* partials, int64_t chunks, int group, T* out) {
+// Elements d .. d + 3 of query head h's attention output (h of the key
+// head's group), merged from the partial softmaxes of a split over `chunks`
+// chunks at `partials` (a chunk: kDecodeMaxGroup maxima, as many sums (0: no
+// position), kDecodeMaxGroup x HD unnormalised outputs), 16 chunks at a
+// time: their loads all in flight together, through L2 (other blocks wrote
+// them).
+template <int HD>
+__device__ inline void MergeFour(const float* partials, int64_t chunks, int h, int d, float (&out)[4]) {
   constexpr int G = kDecodeMaxGroup, E = 4, C = 16;
   constexpr int64_t chunk_floats = G * (HD + 2);
+  const float* pm = partials + h;
+  const float* po = partials + 2 * G + h * HD + d;
+  float M = -INFINITY, S = 0, O[E] = {};
+  for (int64_t c0 = 0; c0 < chunks; c0 += C) {
+    float cm[C], cs[C];
+    float4 co[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const bool in = c0 + c < chunks;
+      cm[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats) : -INFINITY;
+      cs[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats + G) : 0.f;
+      co[c] = in ? __ldcg(reinterpret_cast<const float4*>(po + (c0 + c) * chunk_floats)) : float4{};
+    }
+    float M2 = M;
+#pragma unroll
+    for (int c = 0; c < C; ++c) M2 = cs[c] > 0 ? fmaxf(M2, cm[c]) : M2;
+    const float f = M == -INFINITY ? 0.f : expf(M - M2);
+    S *= f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) O[e] *= f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float w = cs[c] > 0 ? expf(cm[c] - M2) : 0.f;
+      S += cs[c] * w;
+      O[0] += co[c].x * w, O[1] += co[c].y * w, O[2] += co[c].z * w, O[3] += co[c].w * w;
+    }
+    M = M2;
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) out[e] = O[e] / S;
+}
+
+// The attention output of the `group` query heads of one key head, merged
+// (MergeFour) into out (the group's heads, HD apart) in T. The attention
+// threads, a thread per 4 elements of a head.
+template <typename T, int HD>
+__device__ void MergeChunks(const float* partials, int64_t chunks, int group, T* out) {
+  constexpr int E = 4;
   for (int i = threadIdx.x; i < group * HD / E; i += kAttentionThreads) {
     const int h = i / (HD / E), d = i % (HD / E) * E;
-    const float* pm = partials + h;
-    const float* po = partials + 2 * G + h * HD + d;
-    float M = -INFINITY, S = 0, O[E] = {};
-    for (int64_t c0 = 0; c0 < chunks; c0 += C) {
-      float cm[C], cs[C];
-      float4 co[C];
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const bool in = c0 + c < chunks;
-        cm[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats) : -INFINITY;
-        cs[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats + G) : 0.f;
-        co[c] = in ? __ldcg(reinterpret_cast<const float4*>(po + (c0 + c) * chunk_floats)) : float4{};
-      }
-      float M2 = M;
-#pragma unroll
-      for (int c = 0; c < C; ++c) M2 = cs[c] > 0 ? fmaxf(M2, cm[c]) : M2;
-      const float f = M == -INFINITY ? 0.f : expf(M - M2);
-      S *= f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) O[e] *= f;
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const float w = cs[c] > 0 ? expf(cm[c] - M2) : 0.f;
-        S += cs[c] * w;
-        O[0] += co[c].x * w, O[1] += co[c].y * w, O[2] += co[c].z * w, O[3] += co[c].w * w;
-      }
-      M = M2;
-    }
+    float o[E];
+    MergeFour<HD>(partials, chunks, h, d, o);
     Pack<T, E> merged;
 #pragma unroll
-    for (int e = 0; e < E; ++e) merged.v[e] = FromFloat<T>(O[e] / S);
+    for (int e = 0; e < E; ++e) merged.v[e] = FromFloat<T>(o[e]);
     *reinterpret_cast<Pack<T, E>*>(out + h * HD + d) = merged;
   }
 }

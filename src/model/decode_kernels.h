@@ -78,13 +78,15 @@ struct DecodeLayer {
   void* v_cache = nullptr;
 };
 
-// One block per SM runs the layers' stages (norm + q/k/v, attention, o +
-// residual, norm + gate/up + SwiGLU with the down projection folded in: each
-// block's part of it added to the residual stream by atomics) with a
-// grid-wide barrier after each. The weights stream into a ring of shared memory by
-// bulk copies (TMA) that run ahead of the computation, across stages and
-// layers, as far as the ring holds. h [batch, hidden] holds the embeddings on
-// entry and the last layer's output on return. Hopper and later.
+// One block per SM runs the layers' stages (norm + q/k/v; attention with the
+// o projection folded in: the blocks that merge a query head's chunks
+// multiply it by that head's columns of the o weights and add the products
+// to the residual stream by atomics; norm + gate/up + SwiGLU with the down
+// projection folded in the same way) with a grid-wide barrier after each:
+// three a layer. The weights stream into a ring of shared memory by bulk
+// copies (TMA) that run ahead of the computation, across stages and layers,
+// as far as the ring holds. h [batch, hidden] holds the embeddings on entry
+// and the last layer's output on return. Hopper and later.
 struct DecodeLayersArgs {
   DecodeLayer layers[kDecodeMaxLayers];
   int64_t num_layers = 0, batch = 0, hidden = 0, mlp = 0, heads = 0, kv_heads = 0, head_dim = 0;
@@ -93,15 +95,15 @@ struct DecodeLayersArgs {
   const int64_t* positions = nullptr;
   const float* inv_freq = nullptr;
   void* h = nullptr;
-  // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim], attn [batch,
-  // heads * head_dim], h_sum [batch, hidden] fp32 (the residual stream, to
-  // which each block adds its part of the down projection); partial as for
-  // DecodeAttention, over DecodeLayersAttentionChunks(span, head_dim)
-  // chunks, merged into attn by the last block of each (row, key head),
-  // counted in `counters` (batch * kv_heads zeros; the kernel leaves them
-  // zero); barrier: one zero.
+  // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim]; the residual
+  // stream in fp32, [batch, hidden] each: attn_sum after the attention (to
+  // which the o projection is added), h_sum after the MLP (to which the down
+  // projection is added); partial as for DecodeAttention, over
+  // DecodeLayersAttentionChunks(span, head_dim) chunks, whose writes are
+  // counted in `counters` (batch * kv_heads zeros before the launch); barrier:
+  // one zero.
   void* qkv = nullptr;
-  void* attn = nullptr;
+  float* attn_sum = nullptr;
   float* h_sum = nullptr;
   float* partial = nullptr;
   int* counters = nullptr;
@@ -112,8 +114,9 @@ struct DecodeLayersArgs {
   // per stage (5) the cycles of 4 phases of its thread 0's work, summed over
   // the layers (zero before the launch). GEMV: input, waiting for weights,
   // dot products, outputs; attention: the new token's heads, the chunk's
-  // keys and values in shared memory, the softmax, the count of finished
-  // chunks and (in the last block of a key head) their merge.
+  // keys and values in shared memory, the softmax, the count of the chunk;
+  // the o projection: waiting for the head's chunks and merging them,
+  // waiting for weights, dot products, the additions to the residual stream.
   // Then per GEMV stage (4) the cycles its copying warp waited for room in
   // the ring before issuing that stage's tiles. DecodeTimelineSize values.
   unsigned long long* timeline = nullptr;

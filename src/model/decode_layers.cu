@@ -13,11 +13,13 @@
 // (16-bit weights: mma.sync, the batch rows as one side of the product) or
 // four rows at a time (fp32), with no block barrier until the stage's
 // outputs. The attention splits the keys into chunks of 32, a block per
-// chunk and a warp per query head; the last block of each key head to
-// finish merges the chunks for the o stage. The down projection has no
-// stage of its own (FoldDown): each block multiplies its gate/up outputs by
-// the same columns of the down weights and adds the partial sums into an
-// fp32 copy of the residual stream, so a layer has four grid barriers.
+// chunk and a warp per query head. Neither the o nor the down projection
+// has a stage of its own. The o projection is linear in each head's output:
+// blocks that merge a query head's chunks once all are written multiply it
+// by that head's columns of the o weights (FoldOut). Each block multiplies
+// its gate/up outputs by the same columns of the down weights (FoldDown).
+// Both add their partial sums into an fp32 copy of the residual stream, so
+// a layer has three grid barriers.
 //
 // At batch 1 the kernel is bound by latency, not bandwidth: each stage's
 // input is a round trip through L2 after a grid barrier, and only 8
@@ -43,9 +45,11 @@ constexpr int kWarps = kAttentionWarps;  // computing warps; one more copies wei
 constexpr int kThreads = kWarps * 32;
 static_assert(kThreads == kAttentionThreads, "the computing warps share SyncAttentionThreads()");
 constexpr int kTilesInFlight = 16;  // one transaction barrier each
-constexpr int kStages = 4;          // GEMV stages of a layer
+constexpr int kStages = 4;          // weight matrices of a layer, in the order they are read
 // Key positions per attention block, a lane each.
 constexpr int kChunkKeys = 32;
+// kStageOut and kStageDown are no stages of their own: FoldOut's and
+// FoldDown's weights.
 enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 
 // What the host decides per launch: the ring's size, the input buffer's,
@@ -56,6 +60,8 @@ struct RingPlan {
   int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0;
   int64_t fold_cols = 0;      // the most gate/up rows of a block: its columns of the down projection (FoldDown)
   int64_t fold_box_rows = 0;  // rows of one 2D copy of them; a tile of the down projection is whole copies
+  int64_t out_parts = 0;      // FoldOut's output rows split in parts: block u takes part u % out_parts of head
+  int64_t out_rows = 0;       // u / out_parts, out_rows rows (a multiple of 4; a 2D copy a tile)
   int64_t tile_rows[kStages] = {};
   int64_t pitch[kStages] = {};  // bytes between rows of weights and of inputs (RowPitch)
   int splits[kStages] = {};
@@ -169,8 +175,8 @@ __device__ inline DecodeGemvArgs StageGemv(const DecodeLayersArgs& a, int s, con
     g.x = a.h, g.k = a.hidden, g.norm_weight = layer.input_norm, g.y = a.qkv;
     g.m[0] = layer.q, g.m[1] = layer.k, g.m[2] = layer.v;
     *n = layer.q.rows + layer.k.rows + layer.v.rows;
-  } else if (s == kStageOut) {
-    g.x = a.attn, g.k = a.heads * a.head_dim, g.m[0] = layer.o, g.residual = a.h, g.y = a.h;
+  } else if (s == kStageOut) {  // FoldOut's: one head's columns of it
+    g.k = a.head_dim, g.m[0] = layer.o;
     *n = a.hidden;
   } else if (s == kStageGateUp) {
     g.x = a.h, g.k = a.hidden, g.norm_weight = layer.post_norm, g.swiglu = true;  // outputs: FoldDown's
@@ -199,20 +205,39 @@ __device__ inline void GateUpRows(const DecodeLayersArgs& a, int64_t* j0, int64_
   BlockRows(a.mlp, 16 / sizeof(T), j0, j1);
 }
 
-// This block's rows of stage s (of n): q/k/v and o split evenly, gate/up as
-// GateUpRows; of the folded down projection every row (hidden), for a block
-// with gate/up rows.
+// FoldOut's unit of this block, if it has one: query head *head, output
+// rows [j0, j1).
+__device__ inline bool OutUnit(const DecodeLayersArgs& a, const RingPlan& p, int* head, int64_t* j0, int64_t* j1) {
+  const int64_t u = blockIdx.x;
+  if (u >= a.heads * p.out_parts) return false;
+  *head = static_cast<int>(u / p.out_parts);
+  *j0 = u % p.out_parts * p.out_rows;
+  *j1 = min(a.hidden, *j0 + p.out_rows);
+  return true;
+}
+
+// This block's rows of stage s (of n): q/k/v split evenly, of the o
+// projection its OutUnit's, gate/up as GateUpRows; of the folded down
+// projection every row (hidden), for a block with gate/up rows.
 template <typename T>
-__device__ inline void StageRows(const DecodeLayersArgs& a, int s, int64_t n, int64_t* j0, int64_t* j1) {
-  if (s == kStageQkv || s == kStageOut) return BlockRows(n, 1, j0, j1);
+__device__ inline void StageRows(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t n, int64_t* j0,
+                                 int64_t* j1) {
+  if (s == kStageQkv) return BlockRows(n, 1, j0, j1);
+  if (s == kStageOut) {
+    int head;
+    if (!OutUnit(a, p, &head, j0, j1)) *j0 = *j1 = 0;
+    return;
+  }
   GateUpRows<T>(a, j0, j1);
   if (s == kStageDown) *j1 = *j0 < *j1 ? n : 0, *j0 = 0;
 }
 
-// The down projections as 2D tensors [hidden, mlp], a layer each, whose
-// boxes (RingPlan::fold_cols columns by fold_box_rows rows) the copying
-// warp copies for FoldDown.
+// The o and the down projections as 2D tensors ([hidden, heads * head_dim]
+// and [hidden, mlp]), a layer each, whose boxes the copying warp copies for
+// FoldOut (head_dim columns by RingPlan::tile_rows[kStageOut] rows) and
+// FoldDown (fold_cols columns by fold_box_rows rows). Kernel parameters.
 struct FoldMaps {
+  CUtensorMap out[kDecodeMaxLayers];
   CUtensorMap down[kDecodeMaxLayers];
 };
 
@@ -238,24 +263,28 @@ struct Producer {
   uint64_t policy = EvictFirst();  // of the weight copies
 
   // Issues tiles while the ring has room for the next.
-  // A tile of the down projection is 2D copies of fold_box_rows rows by
-  // fold_cols columns, dense, at a 128-byte aligned place in the ring.
+  // A tile of the o or the down projection is 2D copies (boxes), dense, at
+  // a 128-byte aligned place in the ring: of the o projection one box of
+  // tile_rows rows by head_dim columns, of the down projection boxes of
+  // fold_box_rows rows by fold_cols columns.
   template <typename T>
   __device__ void Issue(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring, const FoldMaps& maps) {
     while (layer < a.num_layers && issued - consumed < kTilesInFlight) {
       int64_t n, j0, j1;
       const DecodeGemvArgs g = StageGemv(a, stage, ring.layers[layer], &n);
-      StageRows<T>(a, stage, n, &j0, &j1);
+      StageRows<T>(a, p, stage, n, &j0, &j1);
       if (row < 0) row = j0;
       if (row >= j1) {
         row = -1;
         if (++stage == kStages) stage = 0, ++layer;
         continue;
       }
-      const bool fold = stage == kStageDown;
+      const bool fold = stage == kStageOut || stage == kStageDown;
       const int64_t rows = min(p.tile_rows[stage], j1 - row), row_bytes = g.k * static_cast<int64_t>(sizeof(T));
       const int count = static_cast<int>(rows) * (g.swiglu ? 2 : 1);  // gate rows, then the same rows of up
-      const uint32_t bytes = static_cast<uint32_t>((fold ? p.tile_rows[stage] : count) * p.pitch[stage]);
+      const int64_t box_rows = stage == kStageDown ? p.fold_box_rows : p.tile_rows[stage];
+      const int boxes = fold ? static_cast<int>((rows + box_rows - 1) / box_rows) : 0;
+      const uint32_t bytes = static_cast<uint32_t>((fold ? boxes * box_rows : count) * p.pitch[stage]);
       const uint32_t size = static_cast<uint32_t>(p.ring_bytes);
       uint32_t start = fold ? (head + 127) / 128 * 128 : head;
       if (start % size + bytes > size) start += size - start % size;
@@ -263,21 +292,24 @@ struct Producer {
       const int q = static_cast<int>(issued % kTilesInFlight);
       unsigned char* dst = ring.data + start % size;
       const int lane = threadIdx.x % 32;
-      const int boxes = fold ? static_cast<int>((rows + p.fold_box_rows - 1) / p.fold_box_rows) : 0;
       if (lane == 0) {
         ring.offset[q] = static_cast<int>(start % size);
-        BarrierExpectBytes(&ring.done[q],
-                           static_cast<uint32_t>(fold ? boxes * p.fold_box_rows * p.pitch[stage] : count * row_bytes));
+        BarrierExpectBytes(&ring.done[q], fold ? bytes : static_cast<uint32_t>(count * row_bytes));
       }
       end[q] = start + bytes;
       __syncwarp();
       AsyncProxyFence();
       if (fold) {
         int64_t c0, c1;
-        GateUpRows<T>(a, &c0, &c1);
+        int out_head = 0;
+        if (stage == kStageOut)
+          OutUnit(a, p, &out_head, &c0, &c1), c0 = out_head * a.head_dim;
+        else
+          GateUpRows<T>(a, &c0, &c1);
+        const CUtensorMap* map = stage == kStageOut ? &maps.out[layer] : &maps.down[layer];
         for (int box = lane; box < boxes; box += 32)
-          TensorCopy(dst + box * p.fold_box_rows * p.pitch[stage], &maps.down[layer], static_cast<int>(c0),
-                     static_cast<int>(row + box * p.fold_box_rows), &ring.done[q], policy);
+          TensorCopy(dst + box * box_rows * p.pitch[stage], map, static_cast<int>(c0),
+                     static_cast<int>(row + box * box_rows), &ring.done[q], policy);
       } else {
         for (int i = lane; i < count; i += 32) {  // a row each, RowPitch apart
           const T* bias;
@@ -360,6 +392,23 @@ struct SideElements {
   }
 };
 
+// Elements [e, e + V) of the residual stream (k a row) into its fp32 copy
+// `stream`: stored plus `bias` (where set), or with `add` added by atomics.
+template <typename T, int V>
+__device__ inline void PassOn(const Pack<T, V>& v, int e, int k, float* stream, const T* bias, bool add) {
+  float f[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) f[i] = ToFloat(v.v[i]) + (bias ? ToFloat(bias[(e + i) % k]) : 0.f);
+#pragma unroll
+  for (int i = 0; i < V; i += 4) {
+    const float4 four = {f[i], f[i + 1], f[i + 2], f[i + 3]};
+    if (add)
+      RedAddFour(stream + e + i, four);
+    else
+      *reinterpret_cast<float4*>(stream + e + i) = four;
+  }
+}
+
 // Bytes between rows of a stage's weights in the ring and of its input in
 // shared memory: rows of `bytes`, padded so that the next starts 16 bytes
 // into a 128-byte line. The eight rows of a matrix that ldmatrix loads, 16
@@ -372,12 +421,13 @@ constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 1
 // kWarps * kDecodeMaxRows floats); in the same round of loads the bias and
 // residual elements of this block's output rows [j0, j1) into `side` (bias
 // of matrix m at m * rows + r, residual of row b at (2 + b) * rows + r, rows
-// = j1 - j0). With `sum` the input is that fp32 copy of the residual
-// stream (FoldDown's), rounded to T, and the block stores its share of it in
-// h, the stream in T.
+// = j1 - j0). With `sum` the input is an fp32 copy of the residual stream
+// (FoldOut's or FoldDown's), rounded to T. With `stream` the block passes
+// its share of the input on to the next fp32 copy of the stream: stores it
+// there plus `bias` (where set), or with `add` adds it there by atomics.
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1, int pitch, T* xs, float* side,
-                          float* squares, const float* sum, T* h) {
+                          float* squares, const float* sum, float* stream, const T* bias, bool add) {
   constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, U = 4;  // U: packs a thread loads at once
   const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = batch * k / V;
   const int rows = static_cast<int>(j1 - j0), sides = rows * (2 + batch);
@@ -400,7 +450,7 @@ __device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_
       const int i = i0 + u * kThreads;
       if (i >= packs) break;
       const int b = i * V / k;
-      if (sum && i >= share0 && i < share1) *reinterpret_cast<Pack<T, V>*>(h + i * V) = v[u];
+      if (stream && i >= share0 && i < share1) PassOn<T, V>(v[u], i * V, k, stream, bias, add);
       float s = 0;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
@@ -458,8 +508,7 @@ __device__ inline float WarpMax(float v) {
 // chunk's keys and values are staged in shared memory as fp32, and a warp's
 // softmax over the chunk needs only warp shuffles. Each (chunk, head) leaves
 // a partial softmax in `partial` (per chunk: kDecodeMaxGroup maxima, as many
-// sums, kDecodeMaxGroup x HD unnormalised outputs), which the last block of
-// the key head merges (MergeChunks).
+// sums, kDecodeMaxGroup x HD unnormalised outputs), which FoldOut merges.
 
 // Shared memory of Attend: the keys (rows padded by 4 floats, so that lanes
 // reading different keys hit different banks), the values, the queries.
@@ -760,14 +809,12 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
 
 // The stage's outputs, this block's rows [j0, j0 + rows) of y: the sums of
 // their parts (TileDots), scaled by 1 / rms with kNorm, with the bias,
-// SwiGLU and the residual from `side` (LoadInput's). SwiGLU's go to `extra`
+// SwiGLU and the residual from `side` (LoadInput's). SwiGLU's go to `acts`
 // in shared memory instead ([batch, rows], fp32 of the rounded values, for
-// FoldDown); the others also to `extra` [batch, n] where set, as fp32 plus
-// `extra_bias` (the o stage's: the residual stream that FoldDown adds to,
-// with the down projection's bias).
+// FoldDown).
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int splits, const float* sums,
-                             const float* side, const float* squares, float* extra, const T* extra_bias) {
+                             const float* side, const float* squares, float* acts) {
   constexpr int R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
   const int batch = static_cast<int>(g.batch);
   for (int i = threadIdx.x; i < rows * batch; i += kThreads) {
@@ -789,12 +836,10 @@ __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int
     if constexpr (kSwiGlu) out = y[0] / (1.f + expf(-y[0])) * y[1];
     if (g.residual) out += side[(2 + b) * rows + row];
     const T rounded = FromFloat<T>(out);
-    if constexpr (kSwiGlu) {
-      extra[b * rows + row] = ToFloat(rounded);
-    } else {
+    if constexpr (kSwiGlu)
+      acts[b * rows + row] = ToFloat(rounded);
+    else
       static_cast<T*>(g.y)[b * n + j0 + row] = rounded;
-      if (extra) extra[b * n + j0 + row] = ToFloat(rounded) + (extra_bias ? ToFloat(extra_bias[j0 + row]) : 0.f);
-    }
   }
 }
 
@@ -841,21 +886,26 @@ __device__ inline PhaseClock StageClock(unsigned long long* profile, int s) {
 
 // Stage s of layer l: this block's rows, tile by tile as they land; each
 // warp releases a tile once done with it, and the outputs follow the last.
-// After the first layer the q/k/v stage reads the residual stream from
-// FoldDown's fp32 sums; the o stage starts those sums; gate/up's outputs
-// stay in shared memory (c.xs) for FoldDown.
+// The q/k/v stage reads the residual stream from FoldDown's fp32 sums after
+// the first layer and starts FoldOut's (with the o projection's bias); the
+// gate/up stage reads FoldOut's and adds itself to FoldDown's, whose
+// outputs stay in shared memory (c.xs) for FoldDown.
+// A block without rows still passes its share of the stream on.
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t l, Consumer& c) {
   int64_t n, j0, j1;
-  const DecodeGemvArgs g = StageGemv(a, s, c.ring.layers[l], &n);
-  StageRows<T>(a, s, n, &j0, &j1);
-  if (j0 >= j1) return;
+  const DecodeLayer& layer = c.ring.layers[l];
+  const DecodeGemvArgs g = StageGemv(a, s, layer, &n);
+  StageRows<T>(a, p, s, n, &j0, &j1);
   PhaseClock clock = StageClock(c.profile, s == kStageQkv ? 0 : s + 1);
   clock.Start();
   T* xs = reinterpret_cast<T*>(c.xs);
   const int pitch = static_cast<int>(p.pitch[s] / sizeof(T));
-  const float* sum = s == kStageQkv && l > 0 ? a.h_sum : nullptr;
-  LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares, sum, static_cast<T*>(a.h));
+  const bool qkv = s == kStageQkv;
+  const float* sum = qkv ? (l > 0 ? a.h_sum : nullptr) : a.attn_sum;
+  LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares, sum, qkv ? a.attn_sum : a.h_sum,
+                               qkv ? static_cast<const T*>(layer.o.bias) : nullptr, !qkv);
+  if (j0 >= j1) return;
   clock.Lap(0);
   const int splits = p.splits[s], shift = 31 - __clz(splits);
   for (int64_t r = j0; r < j1; r += p.tile_rows[s], ++c.tile) {
@@ -870,9 +920,8 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
     clock.Lap(2);
   }
   SyncAttentionThreads();
-  float* extra = kSwiGlu ? c.xs : s == kStageOut ? a.h_sum : nullptr;
-  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares, extra,
-                                  static_cast<const T*>(c.ring.layers[l].down.bias));
+  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares,
+                                  kSwiGlu ? c.xs : nullptr);
   clock.Lap(3);
 }
 
@@ -933,6 +982,78 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, Consumer&
   }
 }
 
+// The o projection of layer l, folded into the attention: the block of an
+// OutUnit waits until every chunk of its query head's key head is counted
+// (each batch row's), merges the head's chunks (MergeFour) and multiplies
+// it by the head's columns of the o weights for the unit's output rows, a
+// tile at a time as it lands, a thread per (row, batch row); the products,
+// staged in c.red, are added into the residual stream's fp32 copy after the
+// attention (a.attn_sum, which the q/k/v stage started) four at a time by
+// vector reductions. So the o projection needs no grid barrier, and the
+// attention's merge is no grid-wide step of its own.
+template <typename T, int HD>
+__device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, int64_t l, int64_t chunks, Consumer& c) {
+  constexpr int V = 16 / sizeof(T), P = HD / V;  // packs of a row
+  int head;
+  int64_t r0, r1;
+  if (!OutUnit(a, p, &head, &r0, &r1)) return;
+  PhaseClock clock = StageClock(c.profile, 2);
+  clock.Start();
+  const int batch = static_cast<int>(a.batch), group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
+  if (threadIdx.x < batch) {  // a thread per batch row waits for its chunks' count
+    const int* counter = a.counters + threadIdx.x * a.kv_heads + g;
+    const int target = static_cast<int>(chunks * (l + 1));  // the counts run on over the layers
+    int seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < target);
+  }
+  SyncAttentionThreads();
+  float* attn = c.xs;  // [batch, HD], rounded to T as the o projection's input is
+  for (int i = threadIdx.x; i < batch * HD / 4; i += kThreads) {
+    const int b = i / (HD / 4), d = i % (HD / 4) * 4;
+    float o[4];
+    MergeFour<HD>(a.partial + (b * a.kv_heads + g) * chunks * kDecodeMaxGroup * (HD + 2), chunks, head % group, d, o);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) attn[b * HD + d + e] = ToFloat(FromFloat<T>(o[e]));
+  }
+  SyncAttentionThreads();
+  clock.Lap(0);
+  const int hidden = static_cast<int>(a.hidden), tile_rows = static_cast<int>(p.tile_rows[kStageOut]);
+  for (int64_t r = r0; r < r1; r += tile_rows, ++c.tile) {
+    const int q = static_cast<int>(c.tile % kTilesInFlight);
+    BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
+    clock.Lap(1);
+    const T* w = reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]);  // rows of HD, dense
+    const int rows = static_cast<int>(min(static_cast<int64_t>(tile_rows), r1 - r));  // a multiple of 4
+    for (int i = threadIdx.x; i < rows * batch; i += kThreads) {
+      const int row = i / batch, b = i % batch;
+      const float* x = attn + b * HD;
+      float acc[2] = {};  // two chains
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        // Each row from its own pack on: rows HD elements apart, read at the
+        // same pack, would all hit the same banks.
+        const int pk = (j + row) % P;
+        const Pack<T, V> wp = *reinterpret_cast<const Pack<T, V>*>(w + row * HD + pk * V);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e % 2] = fmaf(ToFloat(wp.v[e]), x[pk * V + e], acc[e % 2]);
+      }
+      c.red[b * tile_rows + row] = acc[0] + acc[1];
+    }
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
+    SyncAttentionThreads();
+    clock.Lap(2);
+    for (int i = threadIdx.x; i < batch * rows / 4; i += kThreads) {
+      const int b = i / (rows / 4), e = i % (rows / 4) * 4;
+      RedAddFour(a.attn_sum + b * hidden + r + e, *reinterpret_cast<const float4*>(c.red + b * tile_rows + e));
+    }
+    if (r + tile_rows < r1) SyncAttentionThreads();  // c.red is free for the next tile
+    clock.Lap(3);
+  }
+}
+
 // The attention of `layer` as DecodeAttention's arguments; `positions`: a's,
 // in shared memory.
 template <int HD>
@@ -946,6 +1067,10 @@ __device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const D
   att.partial = a.partial;
   return att;
 }
+
+// Kernel parameters: CUDA 12.1 and later take up to 32764 bytes of them.
+static_assert(sizeof(DecodeLayersArgs) + sizeof(RingPlan) + sizeof(FoldMaps) <= 32764,
+              "the persistent kernel's parameters");
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads + 32, 1)
@@ -962,7 +1087,6 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   // Read once: each layer's attention starts from them (a global load would
   // be an L2 round trip before its first key load).
   __shared__ int64_t positions[kDecodeMaxRows];
-  __shared__ bool merging;  // LastToFinish's
   // Shared memory: the ring, the stage inputs (or the attention's work
   // space), the stage sums, the side elements, the layers' descriptors
   // (8-byte aligned).
@@ -1000,21 +1124,28 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
     GemvStage<T, true, false>(a, p, kStageQkv, l, c);
     barrier(l, 0, true);
+    // FoldDown's sums start from the down projection's bias, a share a block
+    // (the q/k/v stage has read the last layer's; the gate/up stage adds the
+    // residual stream).
+    {
+      const T* bias = static_cast<const T*>(layers[l].down.bias);
+      for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < a.batch * a.hidden; i += gridDim.x * kThreads)
+        a.h_sum[i] = bias ? ToFloat(bias[i % a.hidden]) : 0.f;
+    }
     for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
       PhaseClock clock = StageClock(c.profile, 1);
       clock.Start();
       const int64_t b = i / chunks / a.kv_heads, g = i / chunks % a.kv_heads;
       Attend<T, HD>(att, b, g, i % chunks, chunks, c.xs, clock);
-      // The last block of (b, g) to finish a chunk merges them, once for the
-      // grid; the o stage reads the merged heads as it reads any input.
-      const int64_t bg = b * a.kv_heads + g, group = a.heads / a.kv_heads;
-      if (LastToFinish(a.counters + bg, chunks, &merging, [] { SyncAttentionThreads(); }))
-        MergeChunks<T, HD>(a.partial + bg * chunks * kDecodeMaxGroup * (HD + 2), chunks, static_cast<int>(group),
-                           static_cast<T*>(a.attn) + (b * a.heads + g * group) * HD);
+      // The chunk's partials are written: counted for FoldOut (the barrier
+      // also frees the work space for the next chunk).
+      SyncAttentionThreads();
+      if (threadIdx.x == 0)
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(a.counters + b * a.kv_heads + g) : "memory");
       clock.Lap(3);
     }
-    barrier(l, 1, true);
-    GemvStage<T, false, false>(a, p, kStageOut, l, c);
+    barrier(l, 1, false);
+    FoldOut<T, HD>(a, p, l, chunks, c);
     barrier(l, 2, true);
     GemvStage<T, true, true>(a, p, kStageGateUp, l, c);
     barrier(l, 3, false);
@@ -1052,6 +1183,12 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   const int64_t elem = sizeof(T);
   plan->fold_cols = (a.mlp * elem / 16 + grid - 1) / grid * (16 / elem);  // GateUpRows
   if (plan->fold_cols > 256) return false;                                 // a 2D copy's box: 256 columns at most
+  // FoldOut: each head's output rows in as many parts as the grid has
+  // blocks for, each at least 4 rows (FoldOut's vector reductions).
+  if (a.heads > grid) return false;
+  plan->out_rows = (a.hidden + grid / a.heads - 1) / (grid / a.heads);
+  plan->out_rows = std::max<int64_t>(4, (plan->out_rows + 3) / 4 * 4);
+  plan->out_parts = (a.hidden + plan->out_rows - 1) / plan->out_rows;
   plan->x_floats =
       std::max<int64_t>({a.batch * RowPitch(widest * elem) / 4, a.batch * plan->fold_cols, kAttendFloats<HD>});
   plan->block_rows =
@@ -1059,7 +1196,7 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   const int64_t fixed = (plan->x_floats + plan->block_rows * (2 + kDecodeMaxRows)) * 4 +
                         a.num_layers * static_cast<int64_t>(sizeof(DecodeLayer));
   const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
-  const int64_t k[kStages] = {a.hidden, a.heads * a.head_dim, a.hidden, a.mlp};
+  const int64_t k[kStages] = {a.hidden, a.head_dim, a.hidden, a.mlp};
   const int M[kStages] = {1, 1, 2, 1};
   // The sums take room from the ring, and a smaller ring can ask for more
   // sums (smaller tiles, more parts of k): a few rounds settle it.
@@ -1071,6 +1208,15 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
     const int64_t tile_cap = plan->ring_bytes / 4;
     int64_t red = 0;
     for (int s = 0; s < kStages; ++s) {
+      if (s == kStageOut) {  // FoldOut's: tiles of one 2D copy, of at most 256 rows by head_dim columns
+        plan->pitch[s] = HD * elem;
+        const int64_t most = std::min<int64_t>(256, tile_cap / plan->pitch[s]) / 4 * 4;
+        if (most == 0) return false;
+        plan->tile_rows[s] = std::min(plan->out_rows, most);
+        plan->splits[s] = 1;
+        red = std::max(red, plan->tile_rows[s] * a.batch);  // FoldOut's products
+        continue;
+      }
       if (s == kStageDown) {  // FoldDown's: 2D copies of at most 256 rows, every row of the matrix
         plan->pitch[s] = plan->fold_cols * elem;
         if (plan->pitch[s] > tile_cap) return false;
@@ -1107,8 +1253,8 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   return true;
 }
 
-// The layers' down projections as FoldMaps for `plan`; false where the
-// driver refuses one.
+// The layers' o and down projections as FoldMaps for `plan`; false where
+// the driver refuses one.
 template <typename T>
 bool EncodeFoldMaps(const DecodeLayersArgs& a, const RingPlan& plan, FoldMaps* maps) {
   static const auto encode = [] {
@@ -1124,15 +1270,19 @@ bool EncodeFoldMaps(const DecodeLayersArgs& a, const RingPlan& plan, FoldMaps* m
   const CUtensorMapDataType type = std::is_same_v<T, float>           ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                    : std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.mlp), static_cast<cuuint64_t>(a.hidden)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.mlp) * sizeof(T)};  // bytes between rows
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(plan.fold_cols),
-                             static_cast<cuuint32_t>(plan.fold_box_rows)};
-  const cuuint32_t steps[2] = {1, 1};
+  // A row-major [rows, cols] matrix at w in boxes of box_cols by box_rows.
+  auto map = [&](CUtensorMap* m, const void* w, int64_t rows, int64_t cols, int64_t box_cols, int64_t box_rows) {
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(T)};  // bytes between rows
+    const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+    const cuuint32_t steps[2] = {1, 1};
+    return encode(m, type, 2, const_cast<void*>(w), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  };
   for (int64_t l = 0; l < a.num_layers; ++l)
-    if (encode(&maps->down[l], type, 2, const_cast<void*>(a.layers[l].down.w), dims, strides, box, steps,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    if (!map(&maps->out[l], a.layers[l].o.w, a.hidden, a.heads * a.head_dim, a.head_dim, plan.tile_rows[kStageOut]) ||
+        !map(&maps->down[l], a.layers[l].down.w, a.hidden, a.mlp, plan.fold_cols, plan.fold_box_rows))
       return false;
   return true;
 }

@@ -335,13 +335,12 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.inv_freq = freq.data_ptr<float>();
   a.h = h.data_ptr();
   at::Tensor qkv = at::empty({B, (heads + 2 * kv_heads) * hd}, h.options());
-  at::Tensor attn = at::empty({B, heads * hd}, h.options());
-  at::Tensor h_sum = at::empty({B, hidden}, h.options().dtype(at::kFloat));
+  at::Tensor sums = at::empty({2, B, hidden}, h.options().dtype(at::kFloat));  // the residual stream after each fold
   at::Tensor partial = AttentionPartials(B, kv_heads, kernels::DecodeLayersAttentionChunks(span, hd), hd, h.options());
-  at::Tensor counts = at::zeros({1 + B * kv_heads}, h.options().dtype(at::kInt));  // the barrier's, then the merges'
+  at::Tensor counts = at::zeros({1 + B * kv_heads}, h.options().dtype(at::kInt));  // the barrier's, the chunks'
   a.qkv = qkv.data_ptr();
-  a.attn = attn.data_ptr();
-  a.h_sum = h_sum.data_ptr<float>();
+  a.attn_sum = sums[0].data_ptr<float>();
+  a.h_sum = sums[1].data_ptr<float>();
   a.partial = partial.data_ptr<float>();
   a.barrier = reinterpret_cast<unsigned*>(counts.data_ptr<int>());
   a.counters = counts.data_ptr<int>() + 1;

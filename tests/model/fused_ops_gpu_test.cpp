@@ -146,15 +146,16 @@ TEST(FusedOpsGpuTest, ModelGradientsOnTheGpuEqualTheCpu) {
 }
 
 // Models whose attention fits the fused decode kernels (head_dim 64 or 128):
-// Llama (no biases, group 4), Qwen2 (q/k/v biases, made non-zero by
-// RandomizeBiases; group 7 as Qwen2.5-0.5B),
+// Llama (q/k/v/o and MLP biases, made non-zero by RandomizeBiases; group 4),
+// Qwen2 (q/k/v biases; group 7 as Qwen2.5-0.5B),
 // Qwen3 (q/k norms, head_dim 128, untied head).
 std::vector<nlohmann::json> FusedDecodeShapes() {
   nlohmann::json base = {{"vocab_size", 1003},       {"hidden_size", 256},     {"intermediate_size", 344},
                          {"num_hidden_layers", 2},   {"max_position_embeddings", 512},
                          {"rope_theta", 10000.0},    {"tie_word_embeddings", true}};
   nlohmann::json llama = base, qwen2 = base, qwen3 = base;
-  llama.update({{"model_type", "llama"}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"mlp_bias", true}});
+  llama.update({{"model_type", "llama"}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"mlp_bias", true},
+                {"attention_bias", true}});
   qwen2.update({{"model_type", "qwen2"}, {"hidden_size", 448}, {"num_attention_heads", 7},
                 {"num_key_value_heads", 1}});
   qwen3.update({{"model_type", "qwen3"}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
