@@ -929,9 +929,10 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
 // block's gate/up outputs (its rows [j0, j1), in c.xs) times the same
 // columns of the down weights, a tile of rows at a time as it lands, a
 // thread per row; the partial sums, staged in c.red, are added into the
-// residual stream's fp32 copy (a.h_sum, which the o stage started) four at
-// a time by vector reductions (every block adds to every element: scalar
-// atomics, four times as many, queued in L2 for 6.6 us a layer on an H200).
+// residual stream's fp32 copy (a.h_sum: the attention stage starts it from
+// the down bias, the gate/up stage adds its input to it) four at a time by
+// vector reductions (every block adds to every element: scalar atomics,
+// four times as many, queued in L2 for 6.6 us a layer on an H200).
 // So the down projection needs no grid barrier and no input of its own.
 template <typename T>
 __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, Consumer& c) {
