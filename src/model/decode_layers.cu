@@ -847,8 +847,8 @@ __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int
 struct Consumer {
   Ring ring;
   int64_t tile = 0;  // the next tile to consume
-  float* xs;         // the stage's input (in T; Attend's work space in fp32)
-  float* red;        // the stage's sums (TileDots)
+  float* xs;         // the stage's input (in T; Attend's work space and FoldOut's merged head in fp32)
+  float* red;        // the stage's sums (TileDots; FoldOut's and FoldDown's products)
   float* squares;    // the stage's input's sums of squares (LoadInput)
   float* side;       // biases and residuals of the stage's rows (LoadInput)
   unsigned long long* profile;  // BlockProfile
