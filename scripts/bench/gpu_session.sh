@@ -2,7 +2,7 @@
 # Everything that needs the GPU host, in one run, results under OUT_DIR.
 # On the host (after `source .device/env.sh` where gRPC is staged):
 #
-#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|decode|learner|train|profile ...
+#   scripts/bench/gpu_session.sh OUT_DIR build|tests|judgetests|judge|policy|decode|learner|train|profile|sync ...
 #
 #   build       configure and build build-gpu (benchmarks included)
 #   tests       the GPU tests of the model and the learner (CUDA graphs, NCCL),
@@ -20,6 +20,10 @@
 #               kernel's per-stage timeline) and under Nsight Compute, with the
 #               persistent kernel's per-instruction stall samples summarised
 #               (ncu_source_summary.py)
+#   sync        how long blocks of a persistent kernel wait for each other
+#               (sync_latency_bench: grid barrier polls, a flag between two
+#               blocks, cluster barriers and exchanges through distributed
+#               shared memory, cooperative launches in clusters)
 #   decode      batch-1 decode tokens/s: ATen, fused and persistent kernels next to
 #               transformers (the quick form of `policy`), then ATen and persistent
 #               with overlapped steps (GeneratorOptions::overlap, with the GPU time
@@ -102,6 +106,9 @@ for step in "$@"; do
       ncu -i "$out/DecodeLayersKernel.ncu-rep" --page source --csv --print-source sass > "$out/persistent_sass.csv" &&
         python3 scripts/bench/ncu_source_summary.py "$out/persistent_sass.csv" > "$out/persistent_sass_summary.txt"
       rm -f "$out"/*.ncu-rep
+      ;;
+    sync)
+      $build/sync_latency_bench > "$out/sync_latency.log" 2>&1
       ;;
     train)
       # The training loop on one GPU (fp32, bf16) and, where there are two, on both through torchrun.
