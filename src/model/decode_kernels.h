@@ -106,7 +106,7 @@ struct DecodeLayersArgs {
   float* attn_sum = nullptr;
   float* h_sum = nullptr;
   float* partial = nullptr;
-  int* counters = nullptr;
+  unsigned* counters = nullptr;
   unsigned* barrier = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier

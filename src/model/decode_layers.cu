@@ -151,6 +151,25 @@ __device__ inline void AsyncProxyFence() {
 #endif
 }
 
+// The calling thread waits until *counter reaches `target`; what was written
+// before the arrivals it counts (released) is visible to its later loads.
+__device__ inline void WaitForCount(const unsigned* counter, unsigned target) {
+  unsigned seen = 0;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen < target);
+}
+
+// A fold's tile of products, staged [batch, tile_rows] (`rows` of them, a
+// multiple of 4), added into `to` (batch row b at b * hidden) four at a time
+// by vector reductions.
+__device__ inline void AddStaged(const float* staged, int tile_rows, int rows, int batch, float* to, int hidden) {
+  for (int i = threadIdx.x; i < batch * rows / 4; i += kThreads) {
+    const int b = i / (rows / 4), e = i % (rows / 4) * 4;
+    RedAddFour(to + b * hidden + e, *reinterpret_cast<const float4*>(staged + b * tile_rows + e));
+  }
+}
+
 // Every block of the grid (all resident: a cooperative launch) waits here
 // until the blocks' arrivals reach `target`; writes before it are visible
 // to L2 loads (__ldcg) after it. The computing warps only.
@@ -158,10 +177,7 @@ __device__ inline void GridBarrier(unsigned* counter, unsigned target) {
   SyncAttentionThreads();
   if (threadIdx.x == 0) {
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-    unsigned seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen < target);
+    WaitForCount(counter, target);
   }
   SyncAttentionThreads();
 }
@@ -300,12 +316,14 @@ struct Producer {
       __syncwarp();
       AsyncProxyFence();
       if (fold) {
-        int64_t c0, c1;
-        int out_head = 0;
-        if (stage == kStageOut)
-          OutUnit(a, p, &out_head, &c0, &c1), c0 = out_head * a.head_dim;
-        else
+        int64_t c0, c1;  // the box's first column
+        if (stage == kStageOut) {
+          int out_head;
+          OutUnit(a, p, &out_head, &c0, &c1);
+          c0 = out_head * a.head_dim;
+        } else {
           GateUpRows<T>(a, &c0, &c1);
+        }
         const CUtensorMap* map = stage == kStageOut ? &maps.out[layer] : &maps.down[layer];
         for (int box = lane; box < boxes; box += 32)
           TensorCopy(dst + box * box_rows * p.pitch[stage], map, static_cast<int>(c0),
@@ -974,10 +992,7 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, Consumer&
     __syncwarp();
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     SyncAttentionThreads();
-    for (int i = threadIdx.x; i < batch * rows / 4; i += kThreads) {
-      const int b = i / (rows / 4), e = i % (rows / 4) * 4;
-      RedAddFour(a.h_sum + b * hidden + r0 + e, *reinterpret_cast<const float4*>(c.red + b * tile_rows + e));
-    }
+    AddStaged(c.red, tile_rows, rows, batch, a.h_sum + r0, hidden);
     if (r0 + tile_rows < hidden) SyncAttentionThreads();  // c.red is free for the next tile
     clock.Lap(2);
   }
@@ -1001,14 +1016,8 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, int64_t l,
   PhaseClock clock = StageClock(c.profile, 2);
   clock.Start();
   const int batch = static_cast<int>(a.batch), group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
-  if (threadIdx.x < batch) {  // a thread per batch row waits for its chunks' count
-    const int* counter = a.counters + threadIdx.x * a.kv_heads + g;
-    const int target = static_cast<int>(chunks * (l + 1));  // the counts run on over the layers
-    int seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen < target);
-  }
+  if (threadIdx.x < batch)  // a thread per batch row waits for its chunks' count, which runs on over the layers
+    WaitForCount(a.counters + threadIdx.x * a.kv_heads + g, static_cast<unsigned>(chunks * (l + 1)));
   SyncAttentionThreads();
   float* attn = c.xs;  // [batch, HD], rounded to T as the o projection's input is
   for (int i = threadIdx.x; i < batch * HD / 4; i += kThreads) {
@@ -1046,10 +1055,7 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, int64_t l,
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     SyncAttentionThreads();
     clock.Lap(2);
-    for (int i = threadIdx.x; i < batch * rows / 4; i += kThreads) {
-      const int b = i / (rows / 4), e = i % (rows / 4) * 4;
-      RedAddFour(a.attn_sum + b * hidden + r + e, *reinterpret_cast<const float4*>(c.red + b * tile_rows + e));
-    }
+    AddStaged(c.red, tile_rows, rows, batch, a.attn_sum + r, hidden);
     if (r + tile_rows < r1) SyncAttentionThreads();  // c.red is free for the next tile
     clock.Lap(3);
   }
@@ -1142,7 +1148,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       // also frees the work space for the next chunk).
       SyncAttentionThreads();
       if (threadIdx.x == 0)
-        asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(a.counters + b * a.kv_heads + g) : "memory");
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.counters + b * a.kv_heads + g) : "memory");
       clock.Lap(3);
     }
     barrier(l, 1, false);

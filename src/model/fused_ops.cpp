@@ -343,7 +343,7 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.h_sum = sums[1].data_ptr<float>();
   a.partial = partial.data_ptr<float>();
   a.barrier = reinterpret_cast<unsigned*>(counts.data_ptr<int>());
-  a.counters = counts.data_ptr<int>() + 1;
+  a.counters = a.barrier + 1;
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
                     timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers),
