@@ -1,40 +1,61 @@
 #!/usr/bin/env bash
-# A/B of a change to the decode kernels on one GPU, run interleaved on the same
+# A/B of changes to the decode kernels on one GPU, run interleaved on the same
 # machine: H200s differ from each other by up to ~5% on the same code, so
 # figures from different runs cannot judge a change of a few percent.
 #
-#   scripts/bench/decode_ab.sh PATCH OUT_DIR [ROUNDS] [--e2e]
+#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e]
 #
-# Builds decode_kernels_bench and generate_bench twice, from the working tree
-# (build-gpu) and from the tree with PATCH applied (build-gpu-ab), both at
-# once; then ROUNDS rounds (default 3) of the persistent kernel alone at batch
-# 1 (decode_kernels_bench), A then B; with --e2e also batch-1 tokens/s
-# through the generator (generate.py, persistent kernel, overlapped steps),
-# A then B, two rounds. Prints each figure and the means; logs under OUT_DIR.
+# Builds decode_kernels_bench and generate_bench from the working tree (A, in
+# build-gpu) and from the tree with each PATCH applied (B, C, ... in
+# build-gpu-ab, build-gpu-ab2, ...), all at once; then ROUNDS rounds (default
+# 3) of the persistent kernel alone at batch 1 (decode_kernels_bench), each
+# round A then every variant; with --e2e also batch-1 tokens/s through the
+# generator (generate.py, persistent kernel, overlapped steps), two rounds.
+# Prints each figure and each variant's mean against A's; logs and each
+# build's last kernel timeline under OUT_DIR.
 set -euo pipefail
-patch=$(realpath "$1")
-out=$2
-shift 2
+patches=()
+while [ $# -gt 0 ] && [ -f "$1" ]; do
+  patches+=("$(realpath "$1")")
+  shift
+done
+if [ ${#patches[@]} -eq 0 ] || [ $# -eq 0 ]; then
+  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e]" >&2
+  exit 2
+fi
+out=$1
+shift
 rounds=3 e2e=
 for arg in "$@"; do
   if [ "$arg" = --e2e ]; then e2e=$arg; else rounds=$arg; fi
 done
 mkdir -p "$out"
 root=$(pwd)
-# One fixed place, so that a second run on a machine still up rebuilds only
-# what changed in build-gpu-ab (whose cache names this source directory).
-variant=/tmp/decode-ab
-rm -rf "$variant" && mkdir -p "$variant"
-tar -cf - --exclude=./.git --exclude=./.device --exclude='./build*' . | tar -xf - -C "$variant"
-git -C "$variant" apply "$patch"  # outside a repository: a plain patch
+
+# Variant v (0-based) of the patches: its source and build directories, at
+# fixed places, so that a second run on a machine still up rebuilds only what
+# changed (a build's cache names its source directory).
+suffix() { [ "$1" = 0 ] || echo $(($1 + 1)); }
 build() {  # source dir, build dir
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-}" > "$out/cmake_$(basename "$2").log" 2>&1 &&
     ninja -C "$2" decode_kernels_bench generate_bench > "$out/build_$(basename "$2").log" 2>&1
 }
-build "$root" "$root/build-gpu" & a=$!
-build "$variant" "$root/build-gpu-ab" & b=$!
-wait $a || { echo "A failed to build: $out/build_build-gpu.log"; exit 1; }
-wait $b || { echo "B failed to build: $out/build_build-gpu-ab.log"; exit 1; }
+builds=(build-gpu)
+pids=()
+build "$root" "$root/build-gpu" &
+pids+=($!)
+for v in "${!patches[@]}"; do
+  variant=/tmp/decode-ab$(suffix "$v")
+  rm -rf "$variant" && mkdir -p "$variant"
+  tar -cf - --exclude=./.git --exclude=./.device --exclude='./build*' . | tar -xf - -C "$variant"
+  git -C "$variant" apply "${patches[$v]}"  # outside a repository: a plain patch
+  builds+=("build-gpu-ab$(suffix "$v")")
+  build "$variant" "$root/${builds[-1]}" &
+  pids+=($!)
+done
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || { echo "${builds[$i]} failed to build: $out/build_${builds[$i]}.log"; exit 1; }
+done
 
 kernel_us() {  # build dir, log: the persistent kernel's mean microseconds
   CUDA_AGENT_DECODE_PDL=0 "$1/decode_kernels_bench" --batch 1 --json "$2.json" > "$2" 2>&1
@@ -45,29 +66,37 @@ tokens_per_s() {  # build dir, log
     --overlap --out "$2.json" > "$2" 2>&1
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['rows'][0]['cuda_agent_persistent_tokens_per_s'])" "$2.json"
 }
-summary() {  # what, then A values, --, B values
+summary() {  # what, then each build's figures, "--" between builds
   python3 - "$@" <<'EOF'
 import statistics, sys
-what, rest = sys.argv[1], sys.argv[2:]
-split = rest.index("--")
-a, b = [float(x) for x in rest[:split]], [float(x) for x in rest[split + 1:]]
-ma, mb = statistics.mean(a), statistics.mean(b)
-print("%s: A %s mean %.1f | B %s mean %.1f | B/A %.3f" % (what, " ".join("%.1f" % x for x in a), ma,
-      " ".join("%.1f" % x for x in b), mb, mb / ma))
+what, groups = sys.argv[1], [[]]
+for x in sys.argv[2:]:
+    if x == "--":
+        groups.append([])
+    else:
+        groups[-1].append(float(x))
+base = statistics.mean(groups[0])
+line = "%s: A %s mean %.1f" % (what, " ".join("%.1f" % x for x in groups[0]), base)
+for name, g in zip("BCDEFGHIJ", groups[1:]):
+    m = statistics.mean(g)
+    line += " | %s %s mean %.1f %s/A %.3f" % (name, " ".join("%.1f" % x for x in g), m, name, m / base)
+print(line)
 EOF
 }
-ka=() kb=()
-for r in $(seq "$rounds"); do
-  ka+=("$(kernel_us build-gpu "$out/kernel_a_$r.log")")
-  kb+=("$(kernel_us build-gpu-ab "$out/kernel_b_$r.log")")
-done
-summary "persistent kernel, batch 1, us" "${ka[@]}" -- "${kb[@]}" | tee "$out/summary.txt"
-if [ "$e2e" = "--e2e" ]; then
-  ta=() tb=()
-  for r in 1 2; do
-    ta+=("$(tokens_per_s build-gpu "$out/e2e_a_$r.log")")
-    tb+=("$(tokens_per_s build-gpu-ab "$out/e2e_b_$r.log")")
+measure() {  # figure function, rounds, what, log name
+  local values=() args=() r i
+  for r in $(seq "$2"); do
+    for i in "${!builds[@]}"; do
+      values[$i]="${values[$i]:-} $($1 "${builds[$i]}" "$out/$4_${i}_$r.log")"
+    done
   done
-  summary "batch-1 decode, tok/s" "${ta[@]}" -- "${tb[@]}" | tee -a "$out/summary.txt"
-fi
-rm -rf "$variant"
+  for i in "${!builds[@]}"; do
+    [ "$i" = 0 ] || args+=(--)
+    args+=(${values[$i]})
+  done
+  summary "$3" "${args[@]}" | tee -a "$out/summary.txt"
+}
+: > "$out/summary.txt"
+measure kernel_us "$rounds" "persistent kernel, batch 1, us" kernel
+if [ "$e2e" = "--e2e" ]; then measure tokens_per_s 2 "batch-1 decode, tok/s" e2e; fi
+for v in "${!patches[@]}"; do rm -rf "/tmp/decode-ab$(suffix "$v")"; done
