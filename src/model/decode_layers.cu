@@ -1239,7 +1239,7 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
         const int64_t boxes = (a.hidden + most - 1) / most;
         plan->fold_box_rows = ((a.hidden + boxes - 1) / boxes + 3) / 4 * 4;
         const int64_t box_bytes = plan->fold_box_rows * plan->pitch[s];
-        const int64_t per_tile = std::max<int64_t>(1, std::min((boxes + 1) / 2, tile_cap / box_bytes));
+        const int64_t per_tile = std::min((boxes + 1) / 2, tile_cap / box_bytes);  // a box fits in tile_cap
         plan->tile_rows[s] = per_tile * plan->fold_box_rows;
         plan->splits[s] = 1;
         red = std::max(red, plan->tile_rows[s] * a.batch);  // FoldDown's partial sums
@@ -1255,14 +1255,12 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
       // and 8 rows (2, 2 and 1 units), not 14, 14 and 12 (a unit and a unit
       // of 12 rows of 16 each). Gate/up's dot products: 2.9 -> 1.5 us a
       // layer.
-      const int64_t group = elem == 2 ? std::max<int64_t>(1, 16 / M[s]) : 1;
-      int64_t cap = tile_cap / unit;
-      if (cap >= group) cap = cap / group * group;
+      int64_t cap = tile_cap / unit, whole = elem == 2 ? 16 / M[s] : 1;  // rows of a tile in multiples of whole
+      if (cap < whole) whole = 1;
+      cap = cap / whole * whole;
       const int64_t tiles = (block_rows + cap - 1) / cap;
-      const int64_t even = (block_rows + tiles - 1) / tiles;
-      plan->tile_rows[s] = block_rows * unit <= plan->ring_bytes / 2 ? block_rows
-                           : cap >= group                           ? std::min(cap, (even + group - 1) / group * group)
-                                                                    : even;
+      const int64_t even = ((block_rows + tiles - 1) / tiles + whole - 1) / whole * whole;
+      plan->tile_rows[s] = block_rows * unit <= plan->ring_bytes / 2 ? block_rows : std::min(cap, even);
       plan->splits[s] = Splits(plan->tile_rows[s], k[s], elem, M[s]);
       red = std::max(red, block_rows * plan->splits[s] * M[s] * kDecodeMaxRows);
     }
