@@ -253,6 +253,62 @@ struct DecodeCase {
   std::vector<int64_t> positions;
 };
 
+// One fused decode kernel's step against the ATen step, for one model
+// shape, dtype and case (FusedDecodeEqualsTheAtenDecode).
+void ExpectFusedDecodeEqualsAten(const std::string& name, at::ScalarType dtype, const nlohmann::json& cfg,
+                                 const DecodeCase& dc) {
+  const DecodeKernels kernels = ParseDecodeKernels(name).value();
+  const int64_t rows = static_cast<int64_t>(dc.positions.size()), active = rows - 1;
+  std::string what = name + " " + cfg["model_type"].get<std::string>() + " " + c10::toString(dtype) +
+                     " rows " + std::to_string(rows);
+  ModelConfig config = ParseModelConfig(cfg, what).value();
+  ASSERT_TRUE(FusedDecodeFits(config.num_heads, config.num_kv_heads, config.head_dim)) << what;
+  ASSERT_TRUE(PersistentDecodeFits(dtype, rows, dc.span, config.num_layers, config.hidden_size,
+                                   config.intermediate_size, config.num_heads, config.num_kv_heads,
+                                   config.head_dim))
+      << what;
+  auto model = Transformer::Random(config, {dtype, kGpu, false}, 7);
+  RandomizeBiases(*model);
+  KvCache aten = KvCache::Allocate(config, rows + 1, dc.max_len, dtype, kGpu);
+  at::Tensor prompt =
+      at::randint(0, config.vocab_size, {rows, dc.prompt}, at::TensorOptions().dtype(at::kLong).device(kGpu));
+  at::Tensor slots = at::arange(rows, prompt.options());
+  model->Forward(prompt, at::arange(dc.prompt, prompt.options()).expand({rows, dc.prompt}), &aten, slots);
+  KvCache fused = aten;  // the same prompt keys and values, copied
+  for (size_t i = 0; i < aten.k.size(); ++i) {
+    fused.k[i] = aten.k[i].clone();
+    fused.v[i] = aten.v[i].clone();
+  }
+  at::Tensor ids = at::randint(0, config.vocab_size, {rows, 1}, prompt.options());
+  at::Tensor positions = at::tensor(dc.positions, prompt.options()).view({rows, 1});
+  at::Tensor want = model->Decode(ids, positions, aten, dc.span).to(at::kFloat);
+  at::Tensor got = model->Decode(ids, positions, fused, dc.span, kernels).to(at::kFloat);
+  const double tol = dtype == at::kFloat ? 1e-4 : 0.05;
+  const double scale = want.narrow(0, 0, active).abs().max().item<double>();
+  ExpectNear(got.narrow(0, 0, active), want.narrow(0, 0, active), tol * scale, 0, what + " logits");
+  // The same step again, its logits written into a given tensor (as
+  // the generator's graphs do): every row written.
+  at::Tensor into = at::full({rows, config.vocab_size}, NAN, prompt.options().dtype(dtype));
+  at::Tensor returned = model->Decode(ids, positions, fused, dc.span, kernels, &into);
+  EXPECT_EQ(returned.data_ptr(), into.data_ptr()) << what;
+  ExpectNear(into, got, tol * scale, 0, what + " logits written into a given tensor");
+  if (dtype == at::kFloat) {
+    EXPECT_TRUE(got.narrow(0, 0, active).argmax(-1).equal(want.narrow(0, 0, active).argmax(-1))) << what;
+  }
+  // Keys and values in bf16: layer 0's come from the same embeddings
+  // (one rounding apart); a later layer's input carries the earlier
+  // layers' bf16 rounding, which Qwen3's k norm can magnify (0.025
+  // seen once).
+  for (size_t i = 0; i < aten.k.size(); ++i) {
+    const double atol = dtype == at::kFloat ? 1e-5 : i == 0 ? 0.02 : 0.05;
+    for (int64_t b = 0; b < active; ++b) {
+      const int64_t p = dc.positions[b];
+      ExpectNear(fused.k[i][b][p], aten.k[i][b][p], atol, 0.01, what + " key, layer " + std::to_string(i));
+      ExpectNear(fused.v[i][b][p], aten.v[i][b][p], atol, 0.01, what + " value, layer " + std::to_string(i));
+    }
+  }
+}
+
 // The fused and the persistent step's logits and the keys and values they
 // write equal the ATen step's, in fp32 and bf16: three rows (the first past
 // the 64-key chunk the attention splits at), and eight over 640 keys (the
@@ -263,62 +319,9 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   const std::vector<DecodeCase> cases = {{256, 128, 40, {90, 17, 255}},
                                          {704, 640, 601, {600, 17, 333, 599, 64, 1, 520, 703}}};
   for (const std::string& name : kFusedDecodes)
-    for (auto dtype : {at::kFloat, at::kBFloat16}) {
-      for (const auto& cfg : FusedDecodeShapes()) {
-        for (const DecodeCase& dc : cases) {
-          const DecodeKernels kernels = ParseDecodeKernels(name).value();
-          const int64_t rows = static_cast<int64_t>(dc.positions.size()), active = rows - 1;
-          std::string what = name + " " + cfg["model_type"].get<std::string>() + " " + c10::toString(dtype) +
-                             " rows " + std::to_string(rows);
-          ModelConfig config = ParseModelConfig(cfg, what).value();
-          ASSERT_TRUE(FusedDecodeFits(config.num_heads, config.num_kv_heads, config.head_dim)) << what;
-          ASSERT_TRUE(PersistentDecodeFits(dtype, rows, dc.span, config.num_layers, config.hidden_size,
-                                           config.intermediate_size, config.num_heads, config.num_kv_heads,
-                                           config.head_dim))
-              << what;
-          auto model = Transformer::Random(config, {dtype, kGpu, false}, 7);
-          RandomizeBiases(*model);
-          KvCache aten = KvCache::Allocate(config, rows + 1, dc.max_len, dtype, kGpu);
-          at::Tensor prompt =
-              at::randint(0, config.vocab_size, {rows, dc.prompt}, at::TensorOptions().dtype(at::kLong).device(kGpu));
-          at::Tensor slots = at::arange(rows, prompt.options());
-          model->Forward(prompt, at::arange(dc.prompt, prompt.options()).expand({rows, dc.prompt}), &aten, slots);
-          KvCache fused = aten;  // the same prompt keys and values, copied
-          for (size_t i = 0; i < aten.k.size(); ++i) {
-            fused.k[i] = aten.k[i].clone();
-            fused.v[i] = aten.v[i].clone();
-          }
-          at::Tensor ids = at::randint(0, config.vocab_size, {rows, 1}, prompt.options());
-          at::Tensor positions = at::tensor(dc.positions, prompt.options()).view({rows, 1});
-          at::Tensor want = model->Decode(ids, positions, aten, dc.span).to(at::kFloat);
-          at::Tensor got = model->Decode(ids, positions, fused, dc.span, kernels).to(at::kFloat);
-          const double tol = dtype == at::kFloat ? 1e-4 : 0.05;
-          const double scale = want.narrow(0, 0, active).abs().max().item<double>();
-          ExpectNear(got.narrow(0, 0, active), want.narrow(0, 0, active), tol * scale, 0, what + " logits");
-          // The same step again, its logits written into a given tensor (as
-          // the generator's graphs do): every row written.
-          at::Tensor into = at::full({rows, config.vocab_size}, NAN, prompt.options().dtype(dtype));
-          at::Tensor returned = model->Decode(ids, positions, fused, dc.span, kernels, &into);
-          EXPECT_EQ(returned.data_ptr(), into.data_ptr()) << what;
-          ExpectNear(into, got, tol * scale, 0, what + " logits written into a given tensor");
-          if (dtype == at::kFloat) {
-            EXPECT_TRUE(got.narrow(0, 0, active).argmax(-1).equal(want.narrow(0, 0, active).argmax(-1))) << what;
-          }
-          // Keys and values in bf16: layer 0's come from the same embeddings
-          // (one rounding apart); a later layer's input carries the earlier
-          // layers' bf16 rounding, which Qwen3's k norm can magnify (0.025
-          // seen once).
-          for (size_t i = 0; i < aten.k.size(); ++i) {
-            const double atol = dtype == at::kFloat ? 1e-5 : i == 0 ? 0.02 : 0.05;
-            for (int64_t b = 0; b < active; ++b) {
-              const int64_t p = dc.positions[b];
-              ExpectNear(fused.k[i][b][p], aten.k[i][b][p], atol, 0.01, what + " key, layer " + std::to_string(i));
-              ExpectNear(fused.v[i][b][p], aten.v[i][b][p], atol, 0.01, what + " value, layer " + std::to_string(i));
-            }
-          }
-        }
-      }
-    }
+    for (auto dtype : {at::kFloat, at::kBFloat16})
+      for (const auto& cfg : FusedDecodeShapes())
+        for (const DecodeCase& dc : cases) ExpectFusedDecodeEqualsAten(name, dtype, cfg, dc);
 }
 
 // Greedy generation through captured graphs: the fused and the persistent
