@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -139,9 +140,14 @@ int main(int argc, char** argv) {
   // Where a layer's time goes: block 0's clock at the end of each stage's
   // work and of the barrier after it, averaged over runs and layers.
   const char* stages[5] = {"norm + qkv", "attention", "o, in attention", "norm + gate/up", "down, in gate/up"};
-  at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers)},
+  const int64_t blocks = model::PersistentDecodeBlocks();
+  at::Tensor timeline = at::zeros({model::PersistentDecodeTimelineSize(num_layers, blocks)},
                                   at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
   std::vector<double> work(5), wait(5);
+  // Every block's arrival at each stage's end against the first block's:
+  // the median's and the last's lag, and how often each block is the last.
+  std::vector<double> median_lag(5), last_lag(5);
+  std::vector<std::vector<int>> last_counts(5, std::vector<int>(static_cast<size_t>(blocks)));
   std::vector<double> phases(20);    // per stage: 4 phases of its work, us a layer
   std::vector<double> ring_full(5);  // the copies of a stage's tiles waiting for room, us a layer
   double mhz = 0;  // block 0's SM clock over the step
@@ -163,6 +169,15 @@ int main(int argc, char** argv) {
     const int gemv_stage[4] = {0, 2, 3, 4};  // q/k/v, o, gate/up, down among the five
     for (int i = 0; i < 4; ++i)
       ring_full[gemv_stage[i]] += ns[end + 23 + i] / cycles_per_us / timed_runs / num_layers;
+    for (int64_t i = 0; i < 5 * num_layers; ++i) {
+      std::vector<int64_t> arrived(ns + end + 27 + i * blocks, ns + end + 27 + (i + 1) * blocks);
+      const auto last = std::max_element(arrived.begin(), arrived.end());
+      ++last_counts[i % 5][static_cast<size_t>(last - arrived.begin())];
+      const int64_t first = *std::min_element(arrived.begin(), arrived.end()), latest = *last;
+      std::nth_element(arrived.begin(), arrived.begin() + blocks / 2, arrived.end());
+      median_lag[i % 5] += (arrived[static_cast<size_t>(blocks / 2)] - first) / 1e3 / timed_runs / num_layers;
+      last_lag[i % 5] += (latest - first) / 1e3 / timed_runs / num_layers;
+    }
   }
   nlohmann::json breakdown = nlohmann::json::array();
   for (int s = 0; s < 5; ++s) {
@@ -177,6 +192,17 @@ int main(int argc, char** argv) {
       std::printf("    its weight copies waited %5.2f us for room in the ring\n", ring_full[s]);
       breakdown.back()["ring_full_us"] = ring_full[s];
     }
+    // The three blocks most often last to end the stage.
+    std::vector<int> order(static_cast<size_t>(blocks));
+    for (int i = 0; i < blocks; ++i) order[static_cast<size_t>(i)] = i;
+    std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                      [&](int x, int y) { return last_counts[s][x] > last_counts[s][y]; });
+    std::printf("    blocks' ends after the first's: median %5.2f us, last %5.2f us; last most often: "
+                "block %d (%d), %d (%d), %d (%d) of %d\n",
+                median_lag[s], last_lag[s], order[0], last_counts[s][order[0]], order[1], last_counts[s][order[1]],
+                order[2], last_counts[s][order[2]], static_cast<int>(timed_runs * num_layers));
+    breakdown.back()["median_end_lag_us"] = median_lag[s];
+    breakdown.back()["last_end_lag_us"] = last_lag[s];
   }
   std::printf("  persistent SM clock %.0f MHz (block 0)\n", mhz);
   rows.push_back({{"kernel", "persistent"}, {"layers", num_layers}, {"us", persistent}, {"sm_mhz", mhz},

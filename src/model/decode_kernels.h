@@ -118,10 +118,13 @@ struct DecodeLayersArgs {
   // the o projection: waiting for the head's chunks and merging them,
   // waiting for weights, dot products, the additions to the residual stream.
   // Then per GEMV stage (4) the cycles its copying warp waited for room in
-  // the ring before issuing that stage's tiles. DecodeTimelineSize values.
+  // the ring before issuing that stage's tiles. Then per layer and stage
+  // each block's %globaltimer when its thread 0 ends the stage's work (at
+  // the grid barrier: once the block's computing warps all have), [layers *
+  // 5, blocks]. DecodeTimelineSize values.
   unsigned long long* timeline = nullptr;
 };
-constexpr int64_t DecodeTimelineSize(int64_t layers) { return 27 + 10 * layers; }
+constexpr int64_t DecodeTimelineSize(int64_t layers, int64_t blocks) { return 27 + 10 * layers + 5 * layers * blocks; }
 // Whether the persistent kernel takes this shape on this GPU (Hopper or
 // later; 16-byte aligned rows; head_dim 64 or 128; up to kDecodeMaxGroup
 // query heads per key head; each GEMV's input and a tile of weight rows fit
@@ -129,6 +132,8 @@ constexpr int64_t DecodeTimelineSize(int64_t layers) { return 27 + 10 * layers; 
 bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
                      int64_t heads, int64_t kv_heads, int64_t head_dim);
 int64_t DecodeLayersAttentionChunks(int64_t span, int64_t head_dim);
+// The persistent kernel's blocks: one per SM of the current device.
+int64_t DecodeLayersBlocks();
 int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream);
 
 }  // namespace cuda_agent::model::kernels

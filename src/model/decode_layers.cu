@@ -170,12 +170,20 @@ __device__ inline void AddStaged(const float* staged, int tile_rows, int rows, i
   }
 }
 
+__device__ inline unsigned long long GlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // Every block of the grid (all resident: a cooperative launch) waits here
 // until the blocks' arrivals reach `target`; writes before it are visible
-// to L2 loads (__ldcg) after it. The computing warps only.
-__device__ inline void GridBarrier(unsigned* counter, unsigned target) {
+// to L2 loads (__ldcg) after it. The computing warps only. Profiling: the
+// block's arrival time into *arrived (where set).
+__device__ inline void GridBarrier(unsigned* counter, unsigned target, unsigned long long* arrived) {
   SyncAttentionThreads();
   if (threadIdx.x == 0) {
+    if (arrived) *arrived = GlobalTimer();
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
     WaitForCount(counter, target);
   }
@@ -872,12 +880,6 @@ struct Consumer {
   unsigned long long* profile;  // BlockProfile
 };
 
-__device__ inline unsigned long long GlobalTimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // Block 0's clock into the timeline (decode_kernels.h); `cycles`: the SM's
 // cycle count too, after the stage marks.
 __device__ inline void Mark(const DecodeLayersArgs& a, int64_t index, int64_t cycles = -1) {
@@ -1122,9 +1124,14 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   Mark(a, 0, 0);
   const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, items = a.batch * a.kv_heads * chunks;
   unsigned arrivals = 0;
+  // Every block's arrival at stage s's end (profiling): at a grid barrier
+  // once all its warps are there, elsewhere when thread 0 is.
   auto barrier = [&](int64_t l, int s, bool wait) {
     Mark(a, 1 + (l * 5 + s) * 2);
-    if (wait) GridBarrier(a.barrier, ++arrivals * gridDim.x);
+    unsigned long long* arrived =
+        a.timeline ? a.timeline + 27 + 10 * a.num_layers + (l * 5 + s) * gridDim.x + blockIdx.x : nullptr;
+    if (!wait && arrived && threadIdx.x == 0) *arrived = GlobalTimer();
+    if (wait) GridBarrier(a.barrier, ++arrivals * gridDim.x, arrived);
     Mark(a, 2 + (l * 5 + s) * 2, l + 1 == a.num_layers && s == 4 ? 1 : -1);
   };
   for (int64_t l = 0; l < a.num_layers; ++l) {
@@ -1347,6 +1354,8 @@ bool ShapeFits(Dtype dtype, const DecodeLayersArgs& a) {
 int64_t DecodeLayersAttentionChunks(int64_t span, int64_t head_dim) {
   return std::max<int64_t>(1, (span + kChunkKeys - 1) / kChunkKeys);
 }
+
+int64_t DecodeLayersBlocks() { return MultiprocessorCount(); }
 
 bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
                      int64_t heads, int64_t kv_heads, int64_t head_dim) {

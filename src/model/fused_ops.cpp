@@ -263,8 +263,16 @@ at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
 }
 
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
-static_assert(PersistentDecodeTimelineSize(3) == kernels::DecodeTimelineSize(3), "one timeline layout");
+static_assert(PersistentDecodeTimelineSize(3, 7) == kernels::DecodeTimelineSize(3, 7), "one timeline layout");
 #endif
+
+int64_t PersistentDecodeBlocks() {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  return kernels::DecodeLayersBlocks();
+#else
+  return 0;
+#endif
+}
 
 bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden,
                           int64_t mlp, int64_t heads, int64_t kv_heads, int64_t head_dim) {
@@ -346,8 +354,9 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.counters = a.barrier + 1;
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
-                    timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers),
-                "PersistentDecode: timeline must be a contiguous int64 CUDA tensor of 27 + 10 * layers values");
+                    timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers, kernels::DecodeLayersBlocks()),
+                "PersistentDecode: timeline must be a contiguous int64 CUDA tensor of 27 + (10 + 5 * SMs) * layers "
+                "values");
     a.timeline = reinterpret_cast<unsigned long long*>(timeline.data_ptr<int64_t>());
   }
   Check(kernels::DecodeLayers(KernelDtype(h), a, Stream(h)), "persistent decode");

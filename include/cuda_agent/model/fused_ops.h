@@ -78,18 +78,23 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
 // tokens, becomes the last layer's output in place; each layer's keys and
 // values go into its caches at `positions` [B] (rows are slots 0..B-1, keys
 // < span). `timeline`, when defined (int64 CUDA
-// [PersistentDecodeTimelineSize(layers)], zeros), receives one block's clock
-// (ns) at the start and at the end of each stage's work and of the grid
-// barrier after it, its SM's cycle count at the start and the end, per
-// stage the cycles of the phases of its work, and per GEMV stage the cycles
-// its weight copies waited for room: a profile of the step
-// (kernels::DecodeLayersArgs::timeline).
+// [PersistentDecodeTimelineSize(layers, SMs)], zeros), receives one block's
+// clock (ns) at the start and at the end of each stage's work and of the
+// grid barrier after it, its SM's cycle count at the start and the end, per
+// stage the cycles of the phases of its work, per GEMV stage the cycles its
+// weight copies waited for room, and every block's clock at the end of each
+// stage's work: a profile of the step (kernels::DecodeLayersArgs::timeline).
 struct DecodeLayerWeights {
   at::Tensor input_norm, post_norm, q_norm, k_norm;  // q_norm/k_norm: Qwen3 only
   LinearWeights q, k, v, o, gate, up, down;
   at::Tensor k_cache, v_cache;  // [slots, max_len, kv_heads, head_dim]
 };
-constexpr int64_t PersistentDecodeTimelineSize(int64_t layers) { return 27 + 10 * layers; }
+constexpr int64_t PersistentDecodeTimelineSize(int64_t layers, int64_t blocks) {
+  return 27 + 10 * layers + 5 * layers * blocks;
+}
+// The persistent kernel's blocks on the current device (one per SM; 0
+// without the fused kernels).
+int64_t PersistentDecodeBlocks();
 bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden,
                           int64_t mlp, int64_t heads, int64_t kv_heads, int64_t head_dim);
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
