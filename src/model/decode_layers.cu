@@ -170,6 +170,7 @@ __device__ inline void AddStaged(const float* staged, int tile_rows, int rows, i
   }
 }
 
+// The GPU's clock in ns (%globaltimer), one for every SM.
 __device__ inline unsigned long long GlobalTimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
