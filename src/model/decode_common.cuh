@@ -117,20 +117,26 @@ __device__ void MergeChunks(const float* partials, int64_t chunks, int group, T*
   }
 }
 
+// The matrix of output row j, `mat` with SwiGLU (0 gate, 1 up); otherwise
+// the segment holding j (matrices of rows0 and rows1 rows, then the third),
+// with j made its row.
+template <bool kSwiGlu>
+__device__ inline int MatrixOfRow(int mat, int64_t rows0, int64_t rows1, int64_t* j) {
+  if constexpr (kSwiGlu) return mat;
+  if (*j < rows0) return 0;
+  *j -= rows0;
+  if (*j < rows1) return 1;
+  *j -= rows1;
+  return 2;
+}
+
 // Matrix `mat` of output row j (SwiGLU: 0 gate, 1 up; otherwise the segment
 // holding j, and mat must be 0): its weight row and bias element.
 // Selects, not an index into a.m: the arguments stay in registers.
 template <typename T, bool kSwiGlu>
 __device__ inline const T* WeightRow(const DecodeGemvArgs& a, int64_t j, int mat, const T** bias) {
-  DecodeMatrix m = mat == 0 ? a.m[0] : a.m[1];
-  if constexpr (!kSwiGlu) {
-    m = a.m[0];
-    if (j >= a.m[0].rows) {
-      j -= a.m[0].rows;
-      m = a.m[1];
-      if (j >= a.m[1].rows) j -= a.m[1].rows, m = a.m[2];
-    }
-  }
+  const int s = MatrixOfRow<kSwiGlu>(mat, a.m[0].rows, a.m[1].rows, &j);
+  const DecodeMatrix m = s == 0 ? a.m[0] : s == 1 ? a.m[1] : a.m[2];
   *bias = m.bias ? static_cast<const T*>(m.bias) + j : nullptr;
   return static_cast<const T*>(m.w) + j * a.k;
 }

@@ -274,8 +274,9 @@ struct Ring {
   uint64_t* done;   // [kTilesInFlight]
   uint64_t* freed;  // [kTilesInFlight]
   int* offset;      // [kTilesInFlight]: where in `data` tile t lies
-  uint32_t* end;    // [kTilesInFlight]: the copying warp's position past tile t (here, as an array indexed
-                    // at run time in the Producer would put all of it in local memory)
+  // [kTilesInFlight]: the copying warp's position past tile t; here, as an
+  // array the Producer indexed at run time would put all of it in local memory.
+  uint32_t* end;
 };
 
 // The copying warp's side of the ring: the next tile to copy and the ring's
@@ -394,14 +395,8 @@ __device__ __noinline__ const T* SideSource(const void* b0, const void* b1, cons
   const int m = i / rows, r = i % rows;
   if (m < M) {
     int64_t j = j0 + r;
-    const void* bias = m == 0 ? b0 : b1;
-    if constexpr (!kSwiGlu) {
-      bias = b0;
-      if (j >= rows0) {
-        j -= rows0, bias = b1;
-        if (j >= rows1) j -= rows1, bias = b2;
-      }
-    }
+    const int s = MatrixOfRow<kSwiGlu>(m, rows0, rows1, &j);
+    const void* bias = s == 0 ? b0 : s == 1 ? b1 : b2;
     return bias ? static_cast<const T*>(bias) + j : nullptr;
   }
   if (m >= 2 && residual) return static_cast<const T*>(residual) + (m - 2) * n + j0 + r;
