@@ -48,8 +48,15 @@ inline int64_t SampleTokensWorkFloats(int64_t rows, int64_t vocab) {
 int SampleTokens(Dtype dtype, const void* logits, int64_t rows, int64_t vocab, const float* temperature,
                  float uniform_temperature, uint64_t seed, uint64_t offset, float* work, int* counters, float* out,
                  cudaStream_t stream);
-// ids[slots[i]] = picks[rows[i]] (a token id held as a float), i < n.
-int FeedTokens(const float* picks, const int64_t* rows, const int64_t* slots, int64_t n, int64_t* ids,
-               cudaStream_t stream);
+// The first `rows` columns of staging [5, stride] (pinned host int64, read
+// through its device mapping) into inputs [5, stride] (device), then
+// inputs[0][inputs[2][i]] = picks[inputs[3][i]] (a token id held as a
+// float) for i < fed. One block. cudaErrorInvalidValue where staging has no
+// device mapping.
+int StageDecodeInputs(const int64_t* staging, int64_t rows, int64_t stride, const float* picks, int64_t fed,
+                      int64_t* inputs, cudaStream_t stream);
+// dst[i] = src[i] for i < n, dst pinned host memory written through its
+// device mapping (cudaErrorInvalidValue where it has none).
+int CopyToPinned(const float* src, float* dst, int64_t n, cudaStream_t stream);
 
 }  // namespace cuda_agent::model::kernels

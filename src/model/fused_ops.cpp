@@ -407,24 +407,45 @@ at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& tem
 #endif
 }
 
-void FeedTokens(const at::Tensor& picks, const at::Tensor& rows, const at::Tensor& slots, at::Tensor& ids) {
-  TORCH_CHECK(picks.dim() == 2 && picks.size(0) == 2 && picks.scalar_type() == at::kFloat &&
-                  rows.scalar_type() == at::kLong && slots.scalar_type() == at::kLong &&
-                  ids.scalar_type() == at::kLong && rows.numel() == slots.numel(),
-              "FeedTokens: picks [2, R] fp32, as many int64 rows as slots, int64 ids; got ", picks.sizes(), ", ",
-              rows.sizes(), ", ", slots.sizes());
+void StageDecodeInputs(const at::Tensor& staging, int64_t rows, const at::Tensor& picks, int64_t fed,
+                       at::Tensor& inputs) {
+  TORCH_CHECK(staging.dim() == 2 && staging.size(0) == 5 && staging.sizes() == inputs.sizes() &&
+                  staging.scalar_type() == at::kLong && inputs.scalar_type() == at::kLong && rows >= 0 &&
+                  rows <= inputs.size(1) && fed >= 0 && fed <= rows &&
+                  (fed == 0 || (picks.dim() == 2 && picks.size(0) == 2 && picks.scalar_type() == at::kFloat)),
+              "StageDecodeInputs: int64 staging and inputs [5, S], rows <= S, fed <= rows and fp32 picks [2, R]; got ",
+              staging.sizes(), ", ", inputs.sizes(), ", rows ", rows, ", fed ", fed, ", picks ", picks.sizes());
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
-  if (picks.is_cuda()) {
-    TORCH_CHECK(ids.is_contiguous() && rows.is_contiguous() && slots.is_contiguous(),
-                "FeedTokens: contiguous ids, rows and slots");
-    at::Tensor tokens = picks[0].contiguous();
-    Check(kernels::FeedTokens(tokens.data_ptr<float>(), rows.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
-                              slots.numel(), ids.data_ptr<int64_t>(), Stream(ids)),
-          "feed tokens");
+  if (inputs.is_cuda()) {
+    TORCH_CHECK(staging.is_pinned() && staging.is_contiguous() && inputs.is_contiguous(),
+                "StageDecodeInputs: contiguous staging in pinned memory and contiguous inputs");
+    at::Tensor tokens = fed > 0 ? picks[0].contiguous() : at::Tensor();
+    Check(kernels::StageDecodeInputs(staging.data_ptr<int64_t>(), rows, inputs.size(1),
+                                     fed > 0 ? tokens.data_ptr<float>() : nullptr, fed, inputs.data_ptr<int64_t>(),
+                                     Stream(inputs)),
+          "stage decode inputs");
     return;
   }
 #endif
-  ids.index_copy_(0, slots, picks[0].index_select(0, rows).to(at::kLong));
+  inputs.narrow(1, 0, rows).copy_(staging.narrow(1, 0, rows), /*non_blocking=*/true);
+  if (fed == 0) return;
+  at::Tensor ids = inputs[0];
+  ids.index_copy_(0, inputs[2].narrow(0, 0, fed), picks[0].index_select(0, inputs[3].narrow(0, 0, fed)).to(at::kLong));
+}
+
+void CopyToPinned(const at::Tensor& src, at::Tensor& dst) {
+  TORCH_CHECK(src.sizes() == dst.sizes() && src.scalar_type() == at::kFloat && dst.scalar_type() == at::kFloat,
+              "CopyToPinned: fp32 tensors of one shape; got ", src.sizes(), " and ", dst.sizes());
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  if (src.is_cuda()) {
+    TORCH_CHECK(dst.is_pinned() && dst.is_contiguous(), "CopyToPinned: contiguous pinned memory to write");
+    at::Tensor from = src.contiguous();
+    Check(kernels::CopyToPinned(from.data_ptr<float>(), dst.data_ptr<float>(), from.numel(), Stream(from)),
+          "copy to pinned memory");
+    return;
+  }
+#endif
+  dst.copy_(src, /*non_blocking=*/true);
 }
 
 }  // namespace cuda_agent::model

@@ -89,8 +89,8 @@ Generator::Generator(const Transformer& model, std::shared_ptr<const tokenizer::
   if (slot_decode_) {
     auto on = at::TensorOptions().device(lo.device);
     // Rows: token ids, positions, the fed slots, their rows, the running
-    // slots (DecodeRunning); filled from pinned host memory by one copy a
-    // step.
+    // slots (DecodeRunning); filled from pinned host memory by one kernel a
+    // step (StageDecodeInputs).
     decode_inputs_ = at::zeros({5, options.max_batch}, on.dtype(at::kLong));
     decode_host_ =
         at::zeros({2, 5, options.max_batch}, at::TensorOptions().dtype(at::kLong).pinned_memory(lo.device.is_cuda()));
@@ -395,7 +395,7 @@ std::unique_ptr<Generator::InFlight> Generator::Launch(const std::vector<int64_t
   ++stats_.decode_steps;
   step->picks = Sample(logits, running);
   step->host = at::empty(step->picks.sizes(), step->picks.options().device(at::kCPU).pinned_memory(logits.is_cuda()));
-  step->host.copy_(step->picks, /*non_blocking=*/true);
+  CopyToPinned(step->picks, step->host);
 #ifdef CUDA_AGENT_WITH_CUDA
   if (logits.is_cuda()) step->copied.record();
 #endif
@@ -447,11 +447,7 @@ at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const s
   span = std::min((span + 127) / 128 * 128, options_.max_seq_len);
   const int64_t n = static_cast<int64_t>(fed.size());
   // Every row's entries lie within the first `rows` columns.
-  decode_inputs_.narrow(1, 0, rows).copy_(staging.narrow(1, 0, rows), /*non_blocking=*/true);
-  if (n > 0) {
-    at::Tensor ids_row = decode_inputs_[0];
-    FeedTokens(picks, decode_inputs_[3].narrow(0, 0, n), decode_inputs_[2].narrow(0, 0, n), ids_row);
-  }
+  StageDecodeInputs(staging, rows, picks, n, decode_inputs_);
   at::Tensor logits = DecodeSlots(rows, span);
   if (static_cast<int64_t>(running.size()) == rows) return logits;
   // The running rows, indexed on the device (a copy from pageable memory

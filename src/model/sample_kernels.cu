@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "fused_kernels.h"
 #include "kernel_util.cuh"
@@ -123,18 +124,49 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
 }
 
-__global__ void FeedTokensKernel(const float* __restrict__ picks, const int64_t* __restrict__ rows,
-                                 const int64_t* __restrict__ slots, int64_t n, int64_t* __restrict__ ids) {
+// One block: the staged rows first, then the fed tokens over the ids the
+// staging wrote (their slots and rows read back from inputs).
+__global__ void StageDecodeInputsKernel(const int64_t* __restrict__ staging, int64_t rows, int64_t stride,
+                                        const float* __restrict__ picks, int64_t fed, int64_t* __restrict__ inputs) {
+  for (int64_t i = threadIdx.x; i < 5 * rows; i += blockDim.x)
+    inputs[i / rows * stride + i % rows] = staging[i / rows * stride + i % rows];
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < fed; i += blockDim.x)
+    inputs[inputs[2 * stride + i]] = static_cast<int64_t>(picks[inputs[3 * stride + i]]);
+}
+
+__global__ void CopyToPinnedKernel(const float* __restrict__ src, float* __restrict__ dst, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) ids[slots[i]] = static_cast<int64_t>(picks[rows[i]]);
+  if (i < n) dst[i] = src[i];
+}
+
+// The device's address of pinned host memory at `host`, or null.
+template <typename T>
+T* DeviceMapping(T* host) {
+  void* mapped = nullptr;
+  if (cudaHostGetDevicePointer(&mapped, const_cast<std::remove_const_t<T>*>(host), 0) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    return nullptr;
+  }
+  return static_cast<T*>(mapped);
 }
 
 }  // namespace
 
-int FeedTokens(const float* picks, const int64_t* rows, const int64_t* slots, int64_t n, int64_t* ids,
-               cudaStream_t stream) {
+int StageDecodeInputs(const int64_t* staging, int64_t rows, int64_t stride, const float* picks, int64_t fed,
+                      int64_t* inputs, cudaStream_t stream) {
+  if (rows == 0) return 0;
+  const int64_t* mapped = DeviceMapping(staging);
+  if (!mapped) return static_cast<int>(cudaErrorInvalidValue);
+  StageDecodeInputsKernel<<<1, 256, 0, stream>>>(mapped, rows, stride, picks, fed, inputs);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int CopyToPinned(const float* src, float* dst, int64_t n, cudaStream_t stream) {
   if (n == 0) return 0;
-  FeedTokensKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(picks, rows, slots, n, ids);
+  float* mapped = DeviceMapping(dst);
+  if (!mapped) return static_cast<int>(cudaErrorInvalidValue);
+  CopyToPinnedKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(src, mapped, n);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/core/GradMode.h>
+#include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -232,17 +233,42 @@ TEST(FusedOpsGpuTest, SampleTokensPicksTheArgmaxAndDrawsFromTheSoftmax) {
   EXPECT_FALSE(at::equal(a[0], b[0]));
 }
 
-// The sampled tokens into the next step's ids: on the GPU as on the CPU
-// (ATen's index_select and index_copy), other slots left as they were.
-TEST(FusedOpsGpuTest, FeedTokensWritesEachPickIntoItsSlot) {
+// A step's inputs staged in pinned memory, with the last step's picks fed
+// into their slots' ids: on the GPU (one kernel reading the staging through
+// its device mapping) as on the CPU (a copy, index_select and index_copy);
+// columns past `rows` and slots not fed left as they were.
+TEST(FusedOpsGpuTest, StageDecodeInputsFeedsEachPickIntoItsSlot) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
   at::Tensor picks = at::tensor({11.f, 22.f, 151935.f, 44.f, -0.5f, -1.5f, -2.5f, -3.5f}).view({2, 4});
-  at::Tensor rows = at::tensor({2, 0, 3}, at::kLong), slots = at::tensor({4, 1, 0}, at::kLong);
-  at::Tensor cpu = at::full({6}, 7, at::kLong), gpu = cpu.to(kGpu);
-  FeedTokens(picks, rows, slots, cpu);
-  FeedTokens(picks.to(kGpu), rows.to(kGpu), slots.to(kGpu), gpu);
-  EXPECT_TRUE(at::equal(cpu, at::tensor({44, 11, 7, 7, 151935, 7}, at::kLong))) << cpu;
-  EXPECT_TRUE(at::equal(gpu.cpu(), cpu)) << gpu;
+  at::Tensor staging = at::tensor({5, 6, 0, 0, 8, 9,  // ids; the fed slots' get the picks
+                                   3, 4, 5, 6, 7, 9,  // positions
+                                   4, 1, 0, 0, 0, 9,  // fed slots
+                                   2, 0, 3, 0, 0, 9,  // their picks' rows
+                                   0, 1, 2, 3, 4, 9},
+                                  at::kLong)
+                           .view({5, 6});
+  const int64_t rows = 5, fed = 3;
+  at::Tensor cpu = at::full({5, 6}, -7, at::kLong), gpu = cpu.to(kGpu);
+  StageDecodeInputs(staging, rows, picks, fed, cpu);
+  StageDecodeInputs(staging.pin_memory(), rows, picks.to(kGpu), fed, gpu);
+  at::Tensor expected = staging.clone();
+  expected[0] = at::tensor({44, 11, 0, 0, 151935, 9}, at::kLong);
+  expected.select(1, 5).fill_(-7);
+  EXPECT_TRUE(at::equal(cpu, expected)) << cpu;
+  EXPECT_TRUE(at::equal(gpu.cpu(), expected)) << gpu;
+}
+
+// The picks written into pinned memory by a kernel are there once the
+// stream is synchronised.
+TEST(FusedOpsGpuTest, CopyToPinnedWritesThroughTheMapping) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  at::Tensor src = at::randn({2, 300}, at::TensorOptions().device(kGpu));
+  at::Tensor dst = at::full({2, 300}, -1.f, at::TensorOptions().pinned_memory(true));
+  CopyToPinned(src, dst);
+  c10::cuda::getCurrentCUDAStream().synchronize();
+  EXPECT_TRUE(at::equal(dst, src.cpu()));
+  at::Tensor pageable = at::empty({2, 300});
+  EXPECT_THROW(CopyToPinned(src, pageable), c10::Error);
 }
 
 // One decode step of a few rows at different positions over a span shorter

@@ -39,11 +39,23 @@ bool HaveFusedKernels();
 // softmax(logits / t)).
 at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator);
 
-// ids[slots[i]] = picks[0][rows[i]] for each i < slots.numel(): the tokens a
-// step sampled (SampleTokens's [2, R] picks, ids held as floats) fed to the
-// next step's ids (int64) without a trip through the host. rows, slots:
-// int64, on the picks' device. One kernel on CUDA with the fused kernels.
-void FeedTokens(const at::Tensor& picks, const at::Tensor& rows, const at::Tensor& slots, at::Tensor& ids);
+// A decode step's inputs, staged on the host: the first `rows` columns of
+// staging [5, S] (int64, pinned where inputs is on CUDA: token ids,
+// positions, fed slots, their rows in picks, running slots) into inputs
+// [5, S]; then inputs[0][slot] = picks[0][row] for the first `fed` (slot,
+// row) pairs: the tokens the last step sampled (SampleTokens's [2, R]
+// picks, ids held as floats), fed to the next step without a trip through
+// the host. On CUDA with the fused kernels one kernel, which reads staging
+// through its device mapping: a copy would go through a copy engine, and
+// the GPU idles between a kernel and a copy. Ordered on inputs' stream.
+void StageDecodeInputs(const at::Tensor& staging, int64_t rows, const at::Tensor& picks, int64_t fed,
+                       at::Tensor& inputs);
+
+// src (fp32) into dst (pinned host memory where src is on CUDA, same
+// shape), ordered on src's stream, not waited for: on CUDA with the fused
+// kernels one kernel that writes dst through its device mapping (for the
+// reason above); else a non-blocking copy.
+void CopyToPinned(const at::Tensor& src, at::Tensor& dst);
 
 // ---- The decode step in a few kernels per layer (CUDA; Transformer::Decode) ----
 
