@@ -412,9 +412,11 @@ void StageDecodeInputs(const at::Tensor& staging, int64_t rows, const at::Tensor
   TORCH_CHECK(staging.dim() == 2 && staging.size(0) == 5 && staging.sizes() == inputs.sizes() &&
                   staging.scalar_type() == at::kLong && inputs.scalar_type() == at::kLong && rows >= 0 &&
                   rows <= inputs.size(1) && fed >= 0 && fed <= rows &&
-                  (fed == 0 || (picks.dim() == 2 && picks.size(0) == 2 && picks.scalar_type() == at::kFloat)),
+                  (fed == 0 || (picks.defined() && picks.dim() == 2 && picks.size(0) == 2 &&
+                                 picks.scalar_type() == at::kFloat)),
               "StageDecodeInputs: int64 staging and inputs [5, S], rows <= S, fed <= rows and fp32 picks [2, R]; got ",
-              staging.sizes(), ", ", inputs.sizes(), ", rows ", rows, ", fed ", fed, ", picks ", picks.sizes());
+              staging.sizes(), ", ", inputs.sizes(), ", rows ", rows, ", fed ", fed, ", picks ",
+              picks.defined() ? picks.sizes() : at::IntArrayRef{});
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   if (inputs.is_cuda()) {
     TORCH_CHECK(staging.is_pinned() && staging.is_contiguous() && inputs.is_contiguous(),
