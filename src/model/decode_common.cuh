@@ -61,12 +61,12 @@ __device__ inline Pack<T, V> RoundPackCoherent(const float* p) {
 // Elements d .. d + 3 of query head h's attention output (h of the key
 // head's group), merged from the partial softmaxes of a split over `chunks`
 // chunks at `partials` (a chunk: kDecodeMaxGroup maxima, as many sums (0: no
-// position), kDecodeMaxGroup x HD unnormalised outputs), 16 chunks at a
+// position), kDecodeMaxGroup x HD unnormalised outputs), C chunks at a
 // time: their loads all in flight together, through L2 (other blocks wrote
 // them).
-template <int HD>
+template <int HD, int C = 16>
 __device__ inline void MergeFour(const float* partials, int64_t chunks, int h, int d, float (&out)[4]) {
-  constexpr int G = kDecodeMaxGroup, E = 4, C = 16;
+  constexpr int G = kDecodeMaxGroup, E = 4;
   constexpr int64_t chunk_floats = G * (HD + 2);
   const float* pm = partials + h;
   const float* po = partials + 2 * G + h * HD + d;

@@ -24,7 +24,14 @@
 // At batch 1 the kernel is bound by latency, not bandwidth: each stage's
 // input is a round trip through L2 after a grid barrier, and only 8
 // computing warps per SM hide it. `timeline` (decode_kernels.h) shows where
-// each stage's time goes.
+// each stage's time goes. Its code (~8k instructions for bf16) does not fit
+// the SM's instruction caches: a layer runs through most of it, and taking
+// out ~600 instructions that were only skipped (the profiling clocks) made
+// it 7.9% faster. So what each stage fetches again is on the critical path:
+// code is kept out of the layer loop (the clocks, in a kernel of their own;
+// the biases, loaded once a launch) and shared between stages (LoadInput,
+// TileDots, AddStaged), which made the layers 14% faster (576.3 -> 496.4 us
+// a step on an H200).
 //
 // One file past 500 lines: everything in it is the one kernel's device code
 // (its ring, stages and shared-memory layout), compiled as one unit so that
@@ -48,6 +55,10 @@ constexpr int kTilesInFlight = 16;  // one transaction barrier each
 constexpr int kStages = 4;          // weight matrices of a layer, in the order they are read
 // Key positions per attention block, a lane each.
 constexpr int kChunkKeys = 32;
+// Chunks FoldOut's merge loads at once (MergeFour): 8, not 16, is half the
+// merge's code for one more round of loads past 256 keys; batch-1 decode on
+// an H200 (128-token prompts, 512 new tokens) 1636.2 tok/s against 1610.8.
+constexpr int kMergeChunks = 8;
 // kStageOut and kStageDown are no stages of their own: FoldOut's and
 // FoldDown's weights.
 enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
@@ -57,7 +68,8 @@ enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
 // and per stage the output rows of one tile, the row pitch and the parts of
 // k its units take (Splits).
 struct RingPlan {
-  int64_t ring_bytes = 0, x_floats = 0, red_floats = 0, block_rows = 0;
+  int64_t ring_bytes = 0, x_floats = 0, red_floats = 0;
+  int64_t bias_rows = 0;  // the most q/k/v rows of a block: its biases' room a layer, before gate/up's (LoadBiases)
   int64_t fold_cols = 0;      // the most gate/up rows of a block: its columns of the down projection (FoldDown)
   int64_t fold_box_rows = 0;  // rows of one 2D copy of them; a tile of the down projection is whole copies
   int64_t out_parts = 0;      // FoldOut's output rows split in parts: block u takes part u % out_parts of head
@@ -162,12 +174,14 @@ __device__ inline void WaitForCount(const unsigned* counter, unsigned target) {
 
 // A fold's tile of products, staged [batch, tile_rows] (`rows` of them, a
 // multiple of 4), added into `to` (batch row b at b * hidden) four at a time
-// by vector reductions.
-__device__ inline void AddStaged(const float* staged, int tile_rows, int rows, int batch, float* to, int hidden) {
-  for (int i = threadIdx.x; i < batch * rows / 4; i += kThreads) {
-    const int b = i / (rows / 4), e = i % (rows / 4) * 4;
-    RedAddFour(to + b * hidden + e, *reinterpret_cast<const float4*>(staged + b * tile_rows + e));
-  }
+// by vector reductions. One out-of-line copy for both folds, no division:
+// the kernel's code does not fit the instruction cache (see the top).
+__device__ __noinline__ void AddStaged(const float* staged, int tile_rows, int rows, int batch, float* to,
+                                       int hidden) {
+  for (int b = 0; b < batch; ++b)
+#pragma unroll 1
+    for (int e = threadIdx.x * 4; e < rows; e += kThreads * 4)
+      RedAddFour(to + b * hidden + e, *reinterpret_cast<const float4*>(staged + b * tile_rows + e));
 }
 
 // The GPU's clock in ns (%globaltimer), one for every SM.
@@ -375,70 +389,14 @@ struct Producer {
   }
 };
 
-// Where element i of `side` comes from, for this block's output rows [j0,
-// j0 + rows) of a stage: the bias of matrix m at m * rows + r, the residual
-// of batch row b at (2 + b) * rows + r; null for 0 (no bias, no residual).
-// Not inlined: one copy, not one per call site, keeps the kernel's code
-// (which every layer runs through, and whose instruction fetches stall
-// warps) smaller; the load stays with the caller, in flight beside the
-// stage's input. The stage's matrices come as values (biases b0..b2, the
-// rows of the first two), not as its DecodeGemvArgs by reference: a struct
-// whose address an out-of-line call takes lives in local memory, stored
-// and reloaded on every stage's path (with the Producer's tile ends and
-// Attend's norm weights also out of local memory: 620.5 -> 586.3 us a
-// step's layers on an H200).
-template <typename T, bool kSwiGlu>
-__device__ __noinline__ const T* SideSource(const void* b0, const void* b1, const void* b2, int64_t rows0,
-                                            int64_t rows1, const void* residual, int64_t n, int64_t j0, int rows,
-                                            int i) {
-  constexpr int M = kSwiGlu ? 2 : 1;
-  const int m = i / rows, r = i % rows;
-  if (m < M) {
-    int64_t j = j0 + r;
-    const int s = MatrixOfRow<kSwiGlu>(m, rows0, rows1, &j);
-    const void* bias = s == 0 ? b0 : s == 1 ? b1 : b2;
-    return bias ? static_cast<const T*>(bias) + j : nullptr;
-  }
-  if (m >= 2 && residual) return static_cast<const T*>(residual) + (m - 2) * n + j0 + r;
-  return nullptr;
-}
-
-// The side elements of a stage's rows (SideSource), loaded in the same
-// round as its input and stored after it: two a thread at first, any more
-// once stored.
-template <typename T, bool kSwiGlu>
-struct SideElements {
-  T v[2] = {};
-  __device__ void Load(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int sides) {
-    const T* p[2] = {};
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-      if (threadIdx.x + u * kThreads < sides)
-        p[u] = SideSource<T, kSwiGlu>(g.m[0].bias, g.m[1].bias, g.m[2].bias, g.m[0].rows, g.m[1].rows, g.residual, n,
-                                      j0, rows, threadIdx.x + u * kThreads);
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-      if (p[u]) v[u] = __ldcg(p[u]);
-  }
-  __device__ void Store(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int sides, float* side) const {
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-      if (threadIdx.x + u * kThreads < sides) side[threadIdx.x + u * kThreads] = ToFloat(v[u]);
-    for (int i = threadIdx.x + 2 * kThreads; i < sides; i += kThreads) {
-      const T* p = SideSource<T, kSwiGlu>(g.m[0].bias, g.m[1].bias, g.m[2].bias, g.m[0].rows, g.m[1].rows,
-                                          g.residual, n, j0, rows, i);
-      side[i] = p ? LoadCoherent(p) : 0.f;
-    }
-  }
-};
-
 // Elements [e, e + V) of the residual stream (k a row) into its fp32 copy
 // `stream`: stored plus `bias` (where set), or with `add` added by atomics.
 template <typename T, int V>
 __device__ inline void PassOn(const Pack<T, V>& v, int e, int k, float* stream, const T* bias, bool add) {
   float f[V];
+  const T* b = bias ? bias + e % k : nullptr;  // the pack lies in one row
 #pragma unroll
-  for (int i = 0; i < V; ++i) f[i] = ToFloat(v.v[i]) + (bias ? ToFloat(bias[(e + i) % k]) : 0.f);
+  for (int i = 0; i < V; ++i) f[i] = ToFloat(v.v[i]) + (b ? ToFloat(b[i]) : 0.f);
 #pragma unroll
   for (int i = 0; i < V; i += 4) {
     const float4 four = {f[i], f[i + 1], f[i + 2], f[i + 3]};
@@ -456,65 +414,51 @@ __device__ inline void PassOn(const Pack<T, V>& v, int e, int k, float* stream, 
 constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 16; }
 
 // The stage's input [batch, k] into xs (row b at b * pitch elements) in T,
-// times the RMSNorm weight with kNorm (the 1 / rms of each batch row scales
-// the outputs instead: each warp's sums of squares go into `squares`,
-// kWarps * kDecodeMaxRows floats); in the same round of loads the bias and
-// residual elements of this block's output rows [j0, j1) into `side` (bias
-// of matrix m at m * rows + r, residual of row b at (2 + b) * rows + r, rows
-// = j1 - j0). With `sum` the input is an fp32 copy of the residual stream
-// (FoldOut's or FoldDown's), rounded to T. With `stream` the block passes
-// its share of the input on to the next fp32 copy of the stream: stores it
-// there plus `bias` (where set), or with `add` adds it there by atomics.
-template <typename T, bool kNorm, bool kSwiGlu>
-__device__ void LoadInput(const DecodeGemvArgs& g, int64_t n, int64_t j0, int64_t j1, int pitch, T* xs, float* side,
-                          float* squares, const float* sum, float* stream, const T* bias, bool add) {
-  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows, U = 4;  // U: packs a thread loads at once
-  const int batch = static_cast<int>(g.batch), k = static_cast<int>(g.k), packs = batch * k / V;
-  const int rows = static_cast<int>(j1 - j0), sides = rows * (2 + batch);
+// times the RMSNorm weight `norm` (the 1 / rms of each batch row scales the
+// outputs instead: each warp's sums of squares go into `squares`, kWarps *
+// kDecodeMaxRows floats): x, or with `sum` an fp32 copy of the residual
+// stream (FoldOut's or FoldDown's) rounded to T. With `stream` the block
+// passes its share of the input on to the next fp32 copy of the stream:
+// stores it there plus `bias` (where set), or with `add` adds it there by
+// atomics.
+//
+// The kernel's code does not fit the instruction cache (see the top), so
+// every layer fetches much of it again: this is one out-of-line copy for both
+// stages (its arguments values, not a struct by reference, which would
+// live in local memory), that loads a pack a thread at a time (a row of 896
+// at batch 1 is 112 packs, one round for the block). Four packs at once
+// (four copies of the loop's body) made a step's layers 3.6% slower at
+// batch 1 on an H200 (577.7 against 557.8 us; at batch 8 1.6% faster).
+template <typename T>
+__device__ __noinline__ void LoadInput(const T* x, const float* sum, const T* norm, int batch, int k, int pitch,
+                                       T* xs, float* squares, float* stream, const T* bias, bool add) {
+  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows;
+  const int packs = batch * k / V;
   const int share0 = packs * blockIdx.x / gridDim.x, share1 = packs * (blockIdx.x + 1) / gridDim.x;
-  const T* x = static_cast<const T*>(g.x);
-  const T* norm = static_cast<const T*>(g.norm_weight);
-  SideElements<T, kSwiGlu> side_elements;
-  side_elements.Load(g, n, j0, rows, sides);
   float ss[R] = {};
-  for (int i0 = threadIdx.x; i0 < packs; i0 += U * kThreads) {
-    Pack<T, V> v[U], w[U];
+  for (int i = threadIdx.x; i < packs; i += kThreads) {
+    Pack<T, V> v = sum ? RoundPackCoherent<T, V>(sum + i * V) : LoadPackCoherent<T, V>(x + i * V);
+    const Pack<T, V> w = *reinterpret_cast<const Pack<T, V>*>(norm + i * V % k);
+    const int b = i * V / k;
+    if (stream && i >= share0 && i < share1) PassOn<T, V>(v, i * V, k, stream, bias, add);
+    float s = 0;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = min(i0 + u * kThreads, packs - 1);  // past the end: a duplicate, not stored
-      v[u] = sum ? RoundPackCoherent<T, V>(sum + i * V) : LoadPackCoherent<T, V>(x + i * V);
-      if constexpr (kNorm) w[u] = *reinterpret_cast<const Pack<T, V>*>(norm + i * V % k);
+    for (int e = 0; e < V; ++e) {
+      const float f = ToFloat(v.v[e]);
+      s += f * f;
+      v.v[e] = FromFloat<T>(f * ToFloat(w.v[e]));
     }
+    *reinterpret_cast<Pack<T, V>*>(xs + b * pitch + i * V % k) = v;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i >= packs) break;
-      const int b = i * V / k;
-      if (stream && i >= share0 && i < share1) PassOn<T, V>(v[u], i * V, k, stream, bias, add);
-      float s = 0;
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float f = ToFloat(v[u].v[e]);
-        s += f * f;
-        if constexpr (kNorm) v[u].v[e] = FromFloat<T>(f * ToFloat(w[u].v[e]));
-      }
-      *reinterpret_cast<Pack<T, V>*>(xs + b * pitch + i * V % k) = v[u];
-      if constexpr (kNorm) {
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          if (r == b) ss[r] += s;
-      }
-    }
+    for (int r = 0; r < R; ++r)
+      if (r == b) ss[r] += s;
   }
-  side_elements.Store(g, n, j0, rows, sides, side);
-  if constexpr (kNorm) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= batch) break;
-      const float total = WarpSum(ss[r]);
-      if (lane == 0) squares[warp * R + r] = total;
-    }
+  for (int r = 0; r < R; ++r) {
+    if (r >= batch) break;
+    const float total = WarpSum(ss[r]);
+    if (lane == 0) squares[warp * R + r] = total;
   }
   SyncAttentionThreads();
 }
@@ -851,13 +795,13 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
 }
 
 // The stage's outputs, this block's rows [j0, j0 + rows) of y: the sums of
-// their parts (TileDots), scaled by 1 / rms with kNorm, with the bias,
-// SwiGLU and the residual from `side` (LoadInput's). SwiGLU's go to `acts`
-// in shared memory instead ([batch, rows], fp32 of the rounded values, for
-// FoldDown).
+// their parts (TileDots), scaled by 1 / rms with kNorm, with the biases
+// (LoadBiases': matrix m's of row r at m * bias_pitch + r) and SwiGLU.
+// SwiGLU's go to `acts` in shared memory instead ([batch, rows], fp32 of
+// the rounded values, for FoldDown).
 template <typename T, bool kNorm, bool kSwiGlu>
 __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int splits, const float* sums,
-                             const float* side, const float* squares, float* acts) {
+                             const T* biases, int bias_pitch, const float* squares, float* acts) {
   constexpr int R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
   const int batch = static_cast<int>(g.batch);
   for (int i = threadIdx.x; i < rows * batch; i += kThreads) {
@@ -873,11 +817,10 @@ __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int
     for (int m = 0; m < M; ++m) {
       float dot = 0;
       for (int part = 0; part < splits; ++part) dot += sums[((row * splits + part) * M + m) * R + b];
-      y[m] = side[m * rows + row] + dot * scale;
+      y[m] = ToFloat(biases[m * bias_pitch + row]) + dot * scale;
     }
     float out = y[0];
     if constexpr (kSwiGlu) out = y[0] / (1.f + expf(-y[0])) * y[1];
-    if (g.residual) out += side[(2 + b) * rows + row];
     const T rounded = FromFloat<T>(out);
     if constexpr (kSwiGlu)
       acts[b * rows + row] = ToFloat(rounded);
@@ -893,16 +836,16 @@ struct Consumer {
   float* xs;         // the stage's input (in T; Attend's work space and FoldOut's merged head in fp32)
   float* red;        // the stage's sums (TileDots; FoldOut's and FoldDown's products)
   float* squares;    // the stage's input's sums of squares (LoadInput)
-  float* side;       // biases and residuals of the stage's rows (LoadInput)
+  void* biases;      // the biases of the block's rows of every layer (LoadBiases)
   unsigned long long* profile;  // BlockProfile
 };
 
-// Block 0's clock into the timeline (decode_kernels.h); `cycles`: the SM's
-// cycle count too, after the stage marks.
-__device__ inline void Mark(const DecodeLayersArgs& a, int64_t index, int64_t cycles = -1) {
-  if (a.timeline && blockIdx.x == 0 && threadIdx.x == 0) {
-    a.timeline[index] = GlobalTimer();
-    if (cycles >= 0) a.timeline[1 + 10 * a.num_layers + cycles] = clock64();
+// Block 0's clock into `timeline` (decode_kernels.h; null: not profiled);
+// `cycles`: the SM's cycle count too, after the stage marks.
+__device__ inline void Mark(unsigned long long* timeline, int64_t layers, int64_t index, int64_t cycles = -1) {
+  if (timeline && blockIdx.x == 0 && threadIdx.x == 0) {
+    timeline[index] = GlobalTimer();
+    if (cycles >= 0) timeline[1 + 10 * layers + cycles] = clock64();
   }
 }
 
@@ -910,8 +853,9 @@ __device__ inline void Mark(const DecodeLayersArgs& a, int64_t index, int64_t cy
 // the cycles the copies of each GEMV stage waited for room in the ring;
 // copied into the timeline at the end.
 constexpr int kPhaseSlots = 5 * 4, kProfileSlots = kPhaseSlots + kStages;
-__device__ inline unsigned long long* BlockProfile(const DecodeLayersArgs& a, unsigned long long* shared_profile) {
-  return a.timeline && blockIdx.x == 0 ? shared_profile : nullptr;
+__device__ inline unsigned long long* BlockProfile(const unsigned long long* timeline,
+                                                   unsigned long long* shared_profile) {
+  return timeline && blockIdx.x == 0 ? shared_profile : nullptr;
 }
 
 // Block 0's phase clock of stage s of the five.
@@ -919,6 +863,44 @@ __device__ inline PhaseClock StageClock(unsigned long long* profile, int s) {
   PhaseClock clock;
   if (profile) clock.slots = profile + 4 * s;
   return clock;
+}
+
+// The biases of this block's output rows of every layer into `biases`, in
+// shared memory, once a launch: per layer bias_rows for q/k/v (its rows in
+// the order of q, k and v), then fold_cols for gate and as many for up
+// (zeros for rows past the block's and for matrices without a bias). Loaded
+// with each stage's input, they cost ~0.6 us of a layer's critical path
+// (the out-of-line choice of each element's matrix, then the loads).
+template <typename T>
+__device__ void LoadBiases(const DecodeLayersArgs& a, const RingPlan& p, const DecodeLayer* layers, T* biases) {
+  constexpr int U = 8;  // loads in flight a thread
+  int64_t q0, q1, g0, g1;
+  BlockRows((a.heads + 2 * a.kv_heads) * a.head_dim, 1, &q0, &q1);
+  GateUpRows<T>(a, &g0, &g1);
+  const int stride = static_cast<int>(p.bias_rows + 2 * p.fold_cols), total = static_cast<int>(a.num_layers) * stride;
+  for (int i0 = threadIdx.x; i0 < total; i0 += U * kThreads) {
+    T v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + u * kThreads, l = i / stride, e = i % stride;
+      const DecodeLayer& layer = layers[min(l, static_cast<int>(a.num_layers) - 1)];
+      const void* bias = nullptr;
+      int64_t j = 0;
+      if (e < p.bias_rows) {
+        j = q0 + e;
+        const int m = MatrixOfRow<false>(0, layer.q.rows, layer.k.rows, &j);
+        if (q0 + e < q1) bias = m == 0 ? layer.q.bias : m == 1 ? layer.k.bias : layer.v.bias;
+      } else {
+        const int f = static_cast<int>(e - p.bias_rows), m = f / static_cast<int>(p.fold_cols);
+        j = g0 + f % p.fold_cols;
+        if (j < g1) bias = m == 0 ? layer.gate.bias : layer.up.bias;
+      }
+      v[u] = i < total && bias ? static_cast<const T*>(bias)[j] : FromFloat<T>(0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * kThreads < total) biases[i0 + u * kThreads] = v[u];
+  }
 }
 
 // Stage s of layer l: this block's rows, tile by tile as they land; each
@@ -940,8 +922,9 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   const int pitch = static_cast<int>(p.pitch[s] / sizeof(T));
   const bool qkv = s == kStageQkv;
   const float* sum = qkv ? (l > 0 ? a.h_sum : nullptr) : a.attn_sum;
-  LoadInput<T, kNorm, kSwiGlu>(g, n, j0, j1, pitch, xs, c.side, c.squares, sum, qkv ? a.attn_sum : a.h_sum,
-                               qkv ? static_cast<const T*>(layer.o.bias) : nullptr, !qkv);
+  LoadInput<T>(static_cast<const T*>(g.x), sum, static_cast<const T*>(g.norm_weight), static_cast<int>(g.batch),
+               static_cast<int>(g.k), pitch, xs, c.squares, qkv ? a.attn_sum : a.h_sum,
+               qkv ? static_cast<const T*>(layer.o.bias) : nullptr, !qkv);
   if (j0 >= j1) return;
   clock.Lap(0);
   const int splits = p.splits[s], shift = 31 - __clz(splits);
@@ -957,8 +940,9 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
     clock.Lap(2);
   }
   SyncAttentionThreads();
-  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, c.side, c.squares,
-                                  kSwiGlu ? c.xs : nullptr);
+  const T* biases = static_cast<const T*>(c.biases) + l * (p.bias_rows + 2 * p.fold_cols) + (qkv ? 0 : p.bias_rows);
+  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, biases,
+                                  static_cast<int>(p.fold_cols), c.squares, kSwiGlu ? c.xs : nullptr);
   clock.Lap(3);
 }
 
@@ -1042,7 +1026,8 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, int64_t l,
   for (int i = threadIdx.x; i < batch * HD / 4; i += kThreads) {
     const int b = i / (HD / 4), d = i % (HD / 4) * 4;
     float o[4];
-    MergeFour<HD>(a.partial + (b * a.kv_heads + g) * chunks * kDecodeMaxGroup * (HD + 2), chunks, head % group, d, o);
+    MergeFour<HD, kMergeChunks>(a.partial + (b * a.kv_heads + g) * chunks * kDecodeMaxGroup * (HD + 2), chunks,
+                                head % group, d, o);
 #pragma unroll
     for (int e = 0; e < 4; ++e) attn[b * HD + d + e] = ToFloat(FromFloat<T>(o[e]));
   }
@@ -1098,7 +1083,12 @@ __device__ DecodeAttentionArgs LayerAttention(const DecodeLayersArgs& a, const D
 static_assert(sizeof(DecodeLayersArgs) + sizeof(RingPlan) + sizeof(FoldMaps) <= 32764,
               "the persistent kernel's parameters");
 
-template <typename T, int HD>
+// kProfile: the kernel that fills a.timeline. The other has no clock code
+// at all: the kernel's code does not fit the instruction cache, every layer
+// fetches much of it again, and the clocks' ~600 instructions (though
+// skipped) made a step's layers 7.9% slower on an H200 (557.8 against
+// 517.1 us).
+template <typename T, int HD, bool kProfile>
 __global__ void __launch_bounds__(kThreads + 32, 1)
     DecodeLayersKernel(const __grid_constant__ DecodeLayersArgs a, const RingPlan p,
                        const __grid_constant__ FoldMaps maps) {
@@ -1115,17 +1105,20 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   // be an L2 round trip before its first key load).
   __shared__ int64_t positions[kDecodeMaxRows];
   // Shared memory: the ring, the stage inputs (or the attention's work
-  // space), the stage sums, the side elements, the layers' descriptors
-  // (8-byte aligned).
+  // space), the stage sums, the layers' descriptors (8-byte aligned), the
+  // biases (LoadBiases).
   Consumer c;
   c.xs = reinterpret_cast<float*>(shared + p.ring_bytes);
   c.red = c.xs + p.x_floats;
-  c.side = c.red + p.red_floats;
   c.squares = squares;
-  c.profile = BlockProfile(a, profile);
+  // Null in the kernel that does not profile, which takes every clock's
+  // code out of it.
+  unsigned long long* const timeline = kProfile ? a.timeline : nullptr;
+  c.profile = BlockProfile(timeline, profile);
   if (threadIdx.x < kProfileSlots) profile[threadIdx.x] = 0;
   if (threadIdx.x < a.batch) positions[threadIdx.x] = a.positions[threadIdx.x];
-  DecodeLayer* layers = reinterpret_cast<DecodeLayer*>(c.side + p.block_rows * (2 + kDecodeMaxRows));
+  DecodeLayer* layers = reinterpret_cast<DecodeLayer*>(c.red + p.red_floats);
+  c.biases = layers + a.num_layers;
   c.ring = {layers, shared, tile_done, tile_freed, tile_offset, tile_end};
   {
     const int64_t words = a.num_layers * sizeof(DecodeLayer) / 8;
@@ -1139,18 +1132,19 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     Producer().Run<T>(a, p, maps, c.ring, c.profile ? c.profile + kPhaseSlots : nullptr);
     return;
   }
-  Mark(a, 0, 0);
+  LoadBiases<T>(a, p, layers, static_cast<T*>(c.biases));
+  Mark(timeline, a.num_layers, 0, 0);
   const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, items = a.batch * a.kv_heads * chunks;
   unsigned arrivals = 0;
   // Every block's arrival at stage s's end (profiling): at a grid barrier
   // once all its warps are there, elsewhere when thread 0 is.
   auto barrier = [&](int64_t l, int s, bool wait) {
-    Mark(a, 1 + (l * 5 + s) * 2);
+    Mark(timeline, a.num_layers, 1 + (l * 5 + s) * 2);
     unsigned long long* arrived =
-        a.timeline ? a.timeline + 27 + 10 * a.num_layers + (l * 5 + s) * gridDim.x + blockIdx.x : nullptr;
+        timeline ? timeline + 27 + 10 * a.num_layers + (l * 5 + s) * gridDim.x + blockIdx.x : nullptr;
     if (!wait && arrived && threadIdx.x == 0) *arrived = GlobalTimer();
     if (wait) GridBarrier(a.barrier, ++arrivals * gridDim.x, arrived);
-    Mark(a, 2 + (l * 5 + s) * 2, l + 1 == a.num_layers && s == 4 ? 1 : -1);
+    Mark(timeline, a.num_layers, 2 + (l * 5 + s) * 2, l + 1 == a.num_layers && s == 4 ? 1 : -1);
   };
   for (int64_t l = 0; l < a.num_layers; ++l) {
     const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
@@ -1193,7 +1187,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(a.h) + i * V) = RoundPackCoherent<T, V>(a.h_sum + i * V);
   }
   if (c.profile && threadIdx.x == 0)
-    for (int i = 0; i < kPhaseSlots; ++i) a.timeline[3 + 10 * a.num_layers + i] = c.profile[i];
+    for (int i = 0; i < kPhaseSlots; ++i) timeline[3 + 10 * a.num_layers + i] = c.profile[i];
 }
 
 // The launch's shared memory: the stage inputs (or the attention's work
@@ -1208,7 +1202,8 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
 template <typename T, int HD>
 bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes) {
   cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD>) != cudaSuccess) return false;
+  // The profiling kernel's static shared memory: at least the other's.
+  if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true>) != cudaSuccess) return false;
   int device = 0, optin = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -1224,10 +1219,9 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   plan->out_parts = (a.hidden + plan->out_rows - 1) / plan->out_rows;
   plan->x_floats =
       std::max<int64_t>({a.batch * RowPitch(widest * elem) / 4, a.batch * plan->fold_cols, kAttendFloats<HD>});
-  plan->block_rows =
-      std::max((std::max(a.hidden, (a.heads + 2 * a.kv_heads) * a.head_dim) + grid - 1) / grid, plan->fold_cols);
-  const int64_t fixed = (plan->x_floats + plan->block_rows * (2 + kDecodeMaxRows)) * 4 +
-                        a.num_layers * static_cast<int64_t>(sizeof(DecodeLayer));
+  plan->bias_rows = ((a.heads + 2 * a.kv_heads) * a.head_dim + grid - 1) / grid;
+  const int64_t fixed = plan->x_floats * 4 + a.num_layers * (static_cast<int64_t>(sizeof(DecodeLayer)) +
+                                                             (plan->bias_rows + 2 * plan->fold_cols) * elem);
   const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
   const int64_t k[kStages] = {a.hidden, a.head_dim, a.hidden, a.mlp};
   const int M[kStages] = {1, 1, 2, 1};
@@ -1345,10 +1339,11 @@ bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, bool encode, F&& f) {
       ok = planner(a, &p, &bytes) && (!encode || EncodeFoldMaps<T>(a, p, &maps));
       if (ok) f(kernel, p, bytes, encode ? &maps : nullptr);
     };
+    const bool profile = a.timeline != nullptr;
     if (a.head_dim == 64)
-      plan(DecodeLayersKernel<T, 64>, PlanRing<T, 64>);
+      plan(profile ? DecodeLayersKernel<T, 64, true> : DecodeLayersKernel<T, 64, false>, PlanRing<T, 64>);
     else if (a.head_dim == 128)
-      plan(DecodeLayersKernel<T, 128>, PlanRing<T, 128>);
+      plan(profile ? DecodeLayersKernel<T, 128, true> : DecodeLayersKernel<T, 128, false>, PlanRing<T, 128>);
   });
   return ok;
 }
