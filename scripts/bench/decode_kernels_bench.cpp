@@ -98,6 +98,16 @@ int main(int argc, char** argv) {
     std::printf("%-26s %8.2f MB  fused %8.2f us (%5.2f TB/s)  cuBLAS %8.2f us (%5.2f TB/s)\n", g.name.c_str(),
                 bytes / 1e6, fused, bytes / fused / 1e6, cublas, bytes / cublas / 1e6);
   }
+  // The final norm and the LM head in one kernel (DecodeHead: the head read
+  // once, evict-first), the decode paths' LM head on CUDA in 16 bits.
+  if (model::DecodeHeadFits(x, gemvs.back().parts[0].weight)) {
+    const at::Tensor& head = gemvs.back().parts[0].weight;
+    const double us = MeanMicros([&] { model::DecodeHead(x, norm, 1e-6, head); }, iters);
+    rows.push_back({{"kernel", "norm + LM head, DecodeHead"}, {"weight_mb", head.nbytes() / 1e6}, {"fused_us", us},
+                    {"fused_tb_s", head.nbytes() / us / 1e6}});
+    std::printf("%-26s %8.2f MB  fused %8.2f us (%5.2f TB/s)\n", "norm + LM head, DecodeHead", head.nbytes() / 1e6,
+                us, head.nbytes() / us / 1e6);
+  }
   // Attention over `span` cached positions per row.
   const int64_t max_len = span + 8;
   at::Tensor qkv = at::randn({batch, (heads + 2 * kv) * hd}, bf16);

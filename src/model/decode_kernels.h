@@ -1,5 +1,6 @@
 // Launchers of the decode kernels behind model/fused_ops.h (decode_kernels.cu:
-// per-layer GEMVs and attention; decode_layers.cu: every layer in one kernel):
+// per-layer GEMVs and attention; decode_layers.cu: every layer in one kernel;
+// head_kernels.cu: the final norm and the LM head):
 // plain pointers and sizes, no torch. Every launcher runs on `stream` and
 // returns the launch's cudaError_t as an int.
 #pragma once
@@ -64,6 +65,23 @@ struct DecodeAttentionArgs {
 };
 int64_t DecodeAttentionChunks(int64_t span);
 int DecodeAttention(Dtype dtype, const DecodeAttentionArgs& args, cudaStream_t stream);
+
+// ---- The LM head of a decode step ----
+
+// out [rows, vocab] = RMSNorm(h) * norm_weight against head [vocab, hidden]
+// (the final norm as at::rms_norm computes it on CUDA), for rows <= 8; 16-bit
+// types, hidden a multiple of 32, Ampere or later (HeadLogitsFit). The head
+// is read once, under an evict-first L2 policy (head_kernels.cu).
+struct HeadLogitsArgs {
+  const void* h = nullptr;
+  const void* norm_weight = nullptr;
+  const void* head = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0, hidden = 0, vocab = 0;
+  float eps = 0;
+};
+bool HeadLogitsFit(Dtype dtype, int64_t rows, int64_t hidden);
+int HeadLogits(Dtype dtype, const HeadLogitsArgs& args, cudaStream_t stream);
 
 // ---- Decode: every layer of a step in one persistent kernel ----
 constexpr int kDecodeMaxLayers = 64;

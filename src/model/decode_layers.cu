@@ -145,17 +145,6 @@ __device__ inline void RedAddFour(float* p, float4 v) {
                : "memory");
 #endif
 }
-// An L2 policy whose lines go first when L2 needs room: the weights, read
-// once a step, then leave the activations, the attention's partials and the
-// cached keys and values in L2 (measured on an H200: 785 -> 759 us at batch
-// 1, 1096 -> 1130 tok/s).
-__device__ inline uint64_t EvictFirst() {
-  uint64_t policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#endif
-  return policy;
-}
 // Orders this block's earlier shared-memory reads before later bulk copies.
 __device__ inline void AsyncProxyFence() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -682,22 +671,6 @@ __device__ inline void LoadMatrices(uint32_t* m, uint32_t address) {
   asm("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
       : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
       : "r"(address));
-}
-
-// d += a b on the tensor cores (m16n8k16, fp32 sums): a the four registers of
-// a 16 x 16 tile of A, b the two of a 16 x 8 tile of B, in the PTX fragment
-// layouts.
-template <typename T>
-__device__ inline void Mma16x8x16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                  uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // The two m16n8k16 products of k block kb (32 elements) of a unit (TileDots),

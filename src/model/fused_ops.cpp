@@ -181,6 +181,45 @@ bool FusedDecodeFits(int64_t heads, int64_t kv_heads, int64_t head_dim) {
 #endif
 }
 
+bool DecodeHeadFits(const at::Tensor& h, const at::Tensor& head) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  return Fusable(h) && h.scalar_type() != at::kFloat && h.dim() == 2 && head.dim() == 2 &&
+         head.scalar_type() == h.scalar_type() && head.size(1) == h.size(1) && head.device() == h.device() &&
+         kernels::HeadLogitsFit(KernelDtype(h), h.size(0), h.size(1));
+#else
+  return false;
+#endif
+}
+
+at::Tensor DecodeHead(const at::Tensor& h, const at::Tensor& norm_weight, double eps, const at::Tensor& head,
+                      at::Tensor* out) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  TORCH_CHECK(DecodeHeadFits(h, head), "DecodeHead: h ", h.sizes(), " (", h.scalar_type(), ", ", h.device(),
+              ") and head ", head.sizes(), " (", head.scalar_type(), ") do not fit the kernel (DecodeHeadFits)");
+  TORCH_CHECK(norm_weight.numel() == h.size(1) && norm_weight.scalar_type() == h.scalar_type(),
+              "DecodeHead: norm weight ", norm_weight.sizes(), " for h ", h.sizes());
+  const at::Tensor x = h.contiguous(), w = head.contiguous(), g = norm_weight.contiguous();
+  at::Tensor y = out ? *out : at::empty({h.size(0), head.size(0)}, h.options());
+  TORCH_CHECK(y.is_contiguous() && y.size(0) == h.size(0) && y.size(1) == head.size(0) &&
+                  y.scalar_type() == h.scalar_type(),
+              "DecodeHead: out ", y.sizes(), " for logits [", h.size(0), ", ", head.size(0), "]");
+  kernels::HeadLogitsArgs a;
+  a.h = x.data_ptr();
+  a.norm_weight = g.data_ptr();
+  a.head = w.data_ptr();
+  a.out = y.data_ptr();
+  a.rows = h.size(0);
+  a.hidden = h.size(1);
+  a.vocab = head.size(0);
+  a.eps = static_cast<float>(eps);
+  Check(kernels::HeadLogits(KernelDtype(h), a, Stream(h)), "decode head");
+  return y;
+#else
+  (void)h, (void)norm_weight, (void)eps, (void)head, (void)out;
+  TORCH_CHECK(false, "DecodeHead: built without the fused CUDA kernels");
+#endif
+}
+
 at::Tensor DecodeLinear(const at::Tensor& x, const at::Tensor& norm_weight, double eps,
                         const std::vector<LinearWeights>& parts, bool swiglu, const at::Tensor& residual) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS

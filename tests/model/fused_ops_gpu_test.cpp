@@ -271,6 +271,45 @@ TEST(FusedOpsGpuTest, CopyToPinnedWritesThroughTheMapping) {
   EXPECT_THROW(CopyToPinned(src, pageable), c10::Error);
 }
 
+// The LM head kernel against the same norm and product in fp64 from the
+// same rounded input: a vocabulary that is no multiple of the kernel's 16
+// rows, 1, 3 and 8 rows, bf16 and fp16, into a given output too.
+TEST(FusedOpsGpuTest, DecodeHeadMatchesTheNormAndProductInFp64) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  at::manual_seed(0);
+  const int64_t hidden = 896, vocab = 1000 + 13;
+  const double eps = 1e-6;
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    const auto on = at::TensorOptions().device(kGpu).dtype(dtype);
+    at::Tensor head = (at::randn({vocab, hidden}) * 0.05).to(on), norm = (at::rand({hidden}) + 0.5).to(on);
+    for (int64_t rows : {1, 3, 8}) {
+      const std::string what = std::string(c10::toString(dtype)) + " rows " + std::to_string(rows);
+      at::Tensor h = (at::randn({rows, hidden}) * 3).to(on);
+      ASSERT_TRUE(DecodeHeadFits(h, head)) << what;
+      // The kernel's norm: fp32 statistics and arithmetic, one rounding.
+      at::Tensor hf = h.to(at::kFloat);
+      at::Tensor xn = (hf * at::rsqrt(hf.pow(2).mean(-1, true) + eps) * norm.to(at::kFloat)).to(dtype);
+      at::Tensor want = at::matmul(xn.to(at::kDouble), head.to(at::kDouble).t());
+      at::Tensor got = DecodeHead(h, norm, eps, head);
+      ASSERT_EQ(got.scalar_type(), dtype) << what;
+      // One rounding of each logit to 16 bits (and the norm's rsqrt, one
+      // input element in a few thousand a unit off).
+      ExpectNear(got, want, 2e-2, 1e-2, what);
+      at::Tensor out = at::full({rows, vocab}, -7.0, on);
+      DecodeHead(h, norm, eps, head, &out);
+      EXPECT_TRUE(at::equal(out, got)) << what << ": into a given output";
+    }
+  }
+  const auto bf16 = at::TensorOptions().device(kGpu).dtype(at::kBFloat16);
+  EXPECT_FALSE(DecodeHeadFits(at::zeros({1, 100}, bf16), at::zeros({vocab, 100}, bf16)));  // hidden % 32
+  EXPECT_FALSE(DecodeHeadFits(at::zeros({9, hidden}, bf16), at::zeros({vocab, hidden}, bf16)));  // rows > 8
+  EXPECT_FALSE(DecodeHeadFits(at::zeros({1, hidden}, bf16.dtype(at::kFloat)),
+                              at::zeros({vocab, hidden}, bf16.dtype(at::kFloat))));  // fp32
+  EXPECT_THROW(DecodeHead(at::zeros({9, hidden}, bf16), at::ones({hidden}, bf16), eps,
+                          at::zeros({vocab, hidden}, bf16)),
+               c10::Error);
+}
+
 // One decode step of a few rows at different positions over a span shorter
 // than the cache, after a prompt of `prompt` tokens in every row; the last
 // row idle at the cache's last position (its logits not compared).

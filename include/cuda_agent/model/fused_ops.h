@@ -85,6 +85,17 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
                            at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span,
                            const at::Tensor& counters);
 
+// The final RMSNorm and the LM head of a decode step in one kernel: logits
+// [B, vocab] of h [B, hidden] against head [vocab, hidden], into *out where
+// given ([B, vocab], contiguous). The head is read once, under an evict-first
+// L2 policy, so that it does not push the layers' code, keys and values out
+// of L2 between steps. DecodeHeadFits: CUDA, bf16 or fp16, B <= 8, hidden a
+// multiple of 32. Not yet faster than cuBLAS (see the README): the decode
+// paths take it only with CUDA_AGENT_DECODE_HEAD=1.
+bool DecodeHeadFits(const at::Tensor& h, const at::Tensor& head);
+at::Tensor DecodeHead(const at::Tensor& h, const at::Tensor& norm_weight, double eps, const at::Tensor& head,
+                      at::Tensor* out = nullptr);
+
 // Every layer of a decode step in one persistent kernel (Hopper GPUs; rows
 // as PersistentDecodeFits allows): h [B, hidden], the embeddings of the new
 // tokens, becomes the last layer's output in place; each layer's keys and

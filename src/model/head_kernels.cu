@@ -1,0 +1,131 @@
+// The LM head of a decode step in one kernel (decode_kernels.h, HeadLogits):
+// the final RMSNorm of up to kDecodeMaxRows rows, then their logits against
+// the [vocab, hidden] head on the tensor cores, the head's 16-bit weights
+// streamed from DRAM once under an evict-first L2 policy.
+//
+// A warp takes 16 vocabulary rows at a time: lane (r, q) = (lane / 4,
+// lane % 4) loads 16 bytes of row r and of row r + 8 at k 8 q .. 8 q + 7 of
+// each 32-element block of k, and the 8 elements of batch row r of the
+// normalised input at the same k from shared memory. A dot product does not
+// depend on the order of k, so those registers are the m16n8k16 fragments
+// as they are (row r's elements 0-1 and 2-3 are A's k 2q, 2q + 1 and
+// 2q + 8, 2q + 9, and so on), two products per block of k: the weights need
+// no shared memory and no shuffles, and up to 8 batch rows cost what one
+// does. cuBLAS's GEMV streams Qwen2.5-0.5B's 272 MB head at ~4.15 TB/s, with
+// L2's default policy, which evicts the layers' code, keys and values
+// between steps. This kernel is not faster yet: batch-1 decode on an H200
+// took ~24 us a step more with it (1574.6 against 1636.1 tok/s). A lane's
+// 16-byte loads cover half of each 128-byte line of a row at a time; loads
+// of whole lines (32 bytes a lane, 4 products a load) are the next thing to
+// measure (decode_kernels_bench prints it next to cuBLAS).
+#include <algorithm>
+#include <type_traits>
+
+#include "decode_common.cuh"
+
+namespace cuda_agent::model::kernels {
+namespace {
+
+constexpr int kHeadWarps = 8;
+constexpr int kHeadBlocksPerSm = 3;  // 24 warps an SM (at most 85 registers a thread)
+constexpr int kHeadBlocksInFlight = 4;  // blocks of k whose loads a lane has in flight together
+
+// 16 bytes of weights read once: not kept in L1, first out of L2.
+__device__ inline uint4 LoadStreamed(const void* p, uint64_t policy) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
+  return v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kHeadWarps * 32, kHeadBlocksPerSm) HeadLogitsKernel(HeadLogitsArgs a) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  T* xs = reinterpret_cast<T*>(shared);  // [rows, hidden]: the normalised input
+  const int rows = static_cast<int>(a.rows), hidden = static_cast<int>(a.hidden);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // RMSNorm, a warp per batch row, as at::rms_norm on CUDA computes it: fp32
+  // statistics and arithmetic, one rounding.
+  for (int b = warp; b < rows; b += kHeadWarps) {
+    const T* x = static_cast<const T*>(a.h) + static_cast<int64_t>(b) * hidden;
+    float ss = 0;
+    for (int e = lane; e < hidden; e += 32) {
+      const float f = ToFloat(x[e]);
+      ss += f * f;
+    }
+    const float r = rsqrtf(WarpSum(ss) / static_cast<float>(hidden) + a.eps);
+    const T* w = static_cast<const T*>(a.norm_weight);
+    for (int e = lane; e < hidden; e += 32) xs[b * hidden + e] = FromFloat<T>(ToFloat(x[e]) * r * ToFloat(w[e]));
+  }
+  __syncthreads();
+  const int r = lane / 4, q = lane % 4, blocks = hidden / 32;
+  const int64_t groups = (a.vocab + 15) / 16;
+  const uint64_t policy = EvictFirst();
+  const T* x = xs + r * hidden + 8 * q;  // batch row r, if there is one
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kHeadWarps + warp; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * kHeadWarps) {
+    // Rows past the vocabulary: the last row again, its products not stored.
+    const T* w_lo = static_cast<const T*>(a.head) + min(g * 16 + r, a.vocab - 1) * hidden + 8 * q;
+    const T* w_hi = static_cast<const T*>(a.head) + min(g * 16 + r + 8, a.vocab - 1) * hidden + 8 * q;
+    float d[2][4] = {};  // the two products of a block: two chains
+    for (int k0 = 0; k0 < blocks; k0 += kHeadBlocksInFlight) {
+      uint4 lo[kHeadBlocksInFlight], hi[kHeadBlocksInFlight];
+#pragma unroll
+      for (int u = 0; u < kHeadBlocksInFlight; ++u) {
+        const int kb = min(k0 + u, blocks - 1);  // past k: a block again, not multiplied
+        lo[u] = LoadStreamed(w_lo + kb * 32, policy);
+        hi[u] = LoadStreamed(w_hi + kb * 32, policy);
+      }
+#pragma unroll
+      for (int u = 0; u < kHeadBlocksInFlight; ++u) {
+        if (k0 + u >= blocks) break;
+        const uint4 xv = r < rows ? *reinterpret_cast<const uint4*>(x + (k0 + u) * 32) : uint4{};
+        Mma16x8x16<T>(d[0], lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv.x, xv.y);
+        Mma16x8x16<T>(d[1], lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv.z, xv.w);
+      }
+    }
+    // Lane (r, q) holds rows r (j = 0, 1) and r + 8 (j = 2, 3) of the 16,
+    // batch rows 2 q and 2 q + 1.
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t v = g * 16 + r + j / 2 * 8;
+      const int b = 2 * q + j % 2;
+      if (v < a.vocab && b < rows) static_cast<T*>(a.out)[b * a.vocab + v] = FromFloat<T>(d[0][j] + d[1][j]);
+    }
+  }
+}
+
+}  // namespace
+
+bool HeadLogitsFit(Dtype dtype, int64_t rows, int64_t hidden) {
+  // Asked once (the call may come while a CUDA graph is being captured).
+  static const int optin = [] {
+    int device = 0, bytes = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    return major >= 8 ? bytes : 0;  // mma.sync on 16-bit types: Ampere or later
+  }();
+  return dtype != Dtype::kFloat && rows >= 1 && rows <= kDecodeMaxRows && hidden > 0 && hidden % 32 == 0 &&
+         rows * hidden * 2 <= optin;
+}
+
+int HeadLogits(Dtype dtype, const HeadLogitsArgs& args, cudaStream_t stream) {
+  if (!HeadLogitsFit(dtype, args.rows, args.hidden) || args.vocab < 1) return static_cast<int>(cudaErrorInvalidValue);
+  return Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      const int64_t bytes = args.rows * args.hidden * static_cast<int64_t>(sizeof(T));
+      if (bytes > 48 * 1024)
+        cudaFuncSetAttribute(HeadLogitsKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes));
+      const int64_t groups = (args.vocab + 15) / 16;
+      const int64_t blocks =
+          std::min(MultiprocessorCount() * kHeadBlocksPerSm, (groups + kHeadWarps - 1) / kHeadWarps);
+      HeadLogitsKernel<T><<<static_cast<unsigned>(blocks), kHeadWarps * 32, static_cast<size_t>(bytes), stream>>>(args);
+    }
+  });
+}
+
+}  // namespace cuda_agent::model::kernels
