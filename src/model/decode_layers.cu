@@ -768,23 +768,21 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
 }
 
 // The stage's outputs, this block's rows [j0, j0 + rows) of y: the sums of
-// their parts (TileDots), scaled by 1 / rms with kNorm, with the biases
+// their parts (TileDots), scaled by the input's 1 / rms (LoadInput's
+// squares), with the biases
 // (LoadBiases': matrix m's of row r at m * bias_pitch + r) and SwiGLU.
 // SwiGLU's go to `acts` in shared memory instead ([batch, rows], fp32 of
 // the rounded values, for FoldDown).
-template <typename T, bool kNorm, bool kSwiGlu>
+template <typename T, bool kSwiGlu>
 __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int splits, const float* sums,
                              const T* biases, int bias_pitch, const float* squares, float* acts) {
   constexpr int R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
   const int batch = static_cast<int>(g.batch);
   for (int i = threadIdx.x; i < rows * batch; i += kThreads) {
     const int row = i / batch, b = i % batch;
-    float scale = 1;
-    if constexpr (kNorm) {
-      float ss = 0;
-      for (int w = 0; w < kWarps; ++w) ss += squares[w * R + b];
-      scale = rsqrtf(ss / static_cast<float>(g.k) + g.eps);
-    }
+    float ss = 0;
+    for (int w = 0; w < kWarps; ++w) ss += squares[w * R + b];
+    const float scale = rsqrtf(ss / static_cast<float>(g.k) + g.eps);
     float y[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -883,7 +881,7 @@ __device__ void LoadBiases(const DecodeLayersArgs& a, const RingPlan& p, const D
 // gate/up stage reads FoldOut's and adds itself to FoldDown's, whose
 // outputs stay in shared memory (c.xs) for FoldDown.
 // A block without rows still passes its share of the stream on.
-template <typename T, bool kNorm, bool kSwiGlu>
+template <typename T, bool kSwiGlu>
 __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t l, Consumer& c) {
   int64_t n, j0, j1;
   const DecodeLayer& layer = c.ring.layers[l];
@@ -914,8 +912,8 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   }
   SyncAttentionThreads();
   const T* biases = static_cast<const T*>(c.biases) + l * (p.bias_rows + 2 * p.fold_cols) + (qkv ? 0 : p.bias_rows);
-  StageOutputs<T, kNorm, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, biases,
-                                  static_cast<int>(p.fold_cols), c.squares, kSwiGlu ? c.xs : nullptr);
+  StageOutputs<T, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, biases, static_cast<int>(p.fold_cols),
+                           c.squares, kSwiGlu ? c.xs : nullptr);
   clock.Lap(3);
 }
 
@@ -1121,7 +1119,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   };
   for (int64_t l = 0; l < a.num_layers; ++l) {
     const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
-    GemvStage<T, true, false>(a, p, kStageQkv, l, c);
+    GemvStage<T, false>(a, p, kStageQkv, l, c);
     barrier(l, 0, true);
     // FoldDown's sums start from the down projection's bias, a share a block
     // (the q/k/v stage has read the last layer's; the gate/up stage adds the
@@ -1146,7 +1144,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     barrier(l, 1, false);
     FoldOut<T, HD>(a, p, l, chunks, c);
     barrier(l, 2, true);
-    GemvStage<T, true, true>(a, p, kStageGateUp, l, c);
+    GemvStage<T, true>(a, p, kStageGateUp, l, c);
     barrier(l, 3, false);
     FoldDown<T>(a, p, c);
     barrier(l, 4, true);

@@ -96,19 +96,25 @@ __global__ void __launch_bounds__(kHeadWarps * 32, kHeadBlocksPerSm) HeadLogitsK
   }
 }
 
-}  // namespace
-
-bool HeadLogitsFit(Dtype dtype, int64_t rows, int64_t hidden) {
-  // Asked once (the call may come while a CUDA graph is being captured).
+// The shared memory a block may opt in to; 0 before Ampere (mma.sync on
+// 16-bit types). Asked once: the calls may come while a CUDA graph is being
+// captured.
+int SharedOptin() {
   static const int optin = [] {
     int device = 0, bytes = 0, major = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    return major >= 8 ? bytes : 0;  // mma.sync on 16-bit types: Ampere or later
+    return major >= 8 ? bytes : 0;
   }();
+  return optin;
+}
+
+}  // namespace
+
+bool HeadLogitsFit(Dtype dtype, int64_t rows, int64_t hidden) {
   return dtype != Dtype::kFloat && rows >= 1 && rows <= kDecodeMaxRows && hidden > 0 && hidden % 32 == 0 &&
-         rows * hidden * 2 <= optin;
+         rows * hidden * 2 <= SharedOptin();
 }
 
 int HeadLogits(Dtype dtype, const HeadLogitsArgs& args, cudaStream_t stream) {
@@ -117,9 +123,11 @@ int HeadLogits(Dtype dtype, const HeadLogitsArgs& args, cudaStream_t stream) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
       const int64_t bytes = args.rows * args.hidden * static_cast<int64_t>(sizeof(T));
-      if (bytes > 48 * 1024)
-        cudaFuncSetAttribute(HeadLogitsKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(bytes));
+      // Once: room for any input HeadLogitsFit takes.
+      static const bool configured =
+          (cudaFuncSetAttribute(HeadLogitsKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, SharedOptin()),
+           true);
+      (void)configured;
       const int64_t groups = (args.vocab + 15) / 16;
       const int64_t blocks =
           std::min(MultiprocessorCount() * kHeadBlocksPerSm, (groups + kHeadWarps - 1) / kHeadWarps);
