@@ -24,16 +24,9 @@
 #include <cstring>
 #include <utility>
 
-namespace {
+#include "cuda_check.h"
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    const cudaError_t e = (call);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
+namespace {
 
 constexpr int kPieceOps = 64;  // multiply-adds of a piece
 

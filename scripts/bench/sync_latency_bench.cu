@@ -22,16 +22,9 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace {
+#include "cuda_check.h"
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    const cudaError_t e = (call);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
+namespace {
 
 constexpr int kThreads = 256;        // computing threads of a block
 constexpr int kClusterBlocks = 8;    // the portable maximum

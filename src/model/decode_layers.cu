@@ -998,11 +998,11 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, Consumer&
 #pragma unroll
           for (int e = 0; e < V; e += 4) {
             const float4 xv = *reinterpret_cast<const float4*>(x + j + e);
-            const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+            const float xe[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
             for (int f = 0; f < 4; ++f) {
-              acc[0][e / 4 % 2] = fmaf(ToFloat(w1.v[e + f]), xs[f], acc[0][e / 4 % 2]);
-              acc[1][e / 4 % 2] = fmaf(ToFloat(w2.v[e + f]), xs[f], acc[1][e / 4 % 2]);
+              acc[0][e / 4 % 2] = fmaf(ToFloat(w1.v[e + f]), xe[f], acc[0][e / 4 % 2]);
+              acc[1][e / 4 % 2] = fmaf(ToFloat(w2.v[e + f]), xe[f], acc[1][e / 4 % 2]);
             }
           }
         }
