@@ -157,6 +157,10 @@ int main(int argc, char** argv) {
   // Every block's arrival at each stage's end against the first block's:
   // the median's and the last's lag, and how often each block is the last.
   std::vector<double> median_lag(5), last_lag(5);
+  // At a grid barrier: block 0's exit after the last block's arrival (the
+  // barrier's own latency, the spread of the ends left out), and block 0's
+  // end after the first block's.
+  std::vector<double> exit_after_last(5), own_lag(5);
   std::vector<std::vector<int>> last_counts(5, std::vector<int>(static_cast<size_t>(blocks)));
   std::vector<double> phases(20);    // per stage: 4 phases of its work, us a layer
   std::vector<double> ring_full(5);  // the copies of a stage's tiles waiting for room, us a layer
@@ -187,6 +191,8 @@ int main(int argc, char** argv) {
       std::nth_element(arrived.begin(), arrived.begin() + blocks / 2, arrived.end());
       median_lag[i % 5] += (arrived[static_cast<size_t>(blocks / 2)] - first) / 1e3 / timed_runs / num_layers;
       last_lag[i % 5] += (latest - first) / 1e3 / timed_runs / num_layers;
+      exit_after_last[i % 5] += (static_cast<int64_t>(ns[2 + 2 * i]) - latest) / 1e3 / timed_runs / num_layers;
+      own_lag[i % 5] += (ns[end + 27 + i * blocks] - first) / 1e3 / timed_runs / num_layers;
     }
   }
   nlohmann::json breakdown = nlohmann::json::array();
@@ -211,6 +217,10 @@ int main(int argc, char** argv) {
                 "block %d (%d), %d (%d), %d (%d) of %d\n",
                 median_lag[s], last_lag[s], order[0], last_counts[s][order[0]], order[1], last_counts[s][order[1]],
                 order[2], last_counts[s][order[2]], static_cast<int>(timed_runs * num_layers));
+    std::printf("    block 0's end after the first's %5.2f us; its exit after the last's end %5.2f us\n", own_lag[s],
+                exit_after_last[s]);
+    breakdown.back()["block0_end_lag_us"] = own_lag[s];
+    breakdown.back()["exit_after_last_end_us"] = exit_after_last[s];
     breakdown.back()["median_end_lag_us"] = median_lag[s];
     breakdown.back()["last_end_lag_us"] = last_lag[s];
   }

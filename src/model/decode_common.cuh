@@ -59,6 +59,28 @@ __device__ inline Pack<T, V> RoundPackCoherent(const float* p) {
   return r;
 }
 
+// The running merge of partial softmaxes (maximum M, sum S, unnormalised
+// outputs O of four elements) taking C more chunks: their maxima, sums (0:
+// no position) and outputs.
+template <int C>
+__device__ inline void MergeRound(const float (&cm)[C], const float (&cs)[C], const float4 (&co)[C], float& M, float& S,
+                                  float (&O)[4]) {
+  float M2 = M;
+#pragma unroll
+  for (int c = 0; c < C; ++c) M2 = cs[c] > 0 ? fmaxf(M2, cm[c]) : M2;
+  const float f = M == -INFINITY ? 0.f : expf(M - M2);
+  S *= f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) O[e] *= f;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const float w = cs[c] > 0 ? expf(cm[c] - M2) : 0.f;
+    S += cs[c] * w;
+    O[0] += co[c].x * w, O[1] += co[c].y * w, O[2] += co[c].z * w, O[3] += co[c].w * w;
+  }
+  M = M2;
+}
+
 // Elements d .. d + 3 of query head h's attention output (h of the key
 // head's group), merged from the partial softmaxes of a split over `chunks`
 // chunks at `partials` (a chunk: kDecodeMaxGroup maxima, as many sums (0: no
@@ -67,11 +89,11 @@ __device__ inline Pack<T, V> RoundPackCoherent(const float* p) {
 // them).
 template <int HD, int C = 16>
 __device__ inline void MergeFour(const float* partials, int64_t chunks, int h, int d, float (&out)[4]) {
-  constexpr int G = kDecodeMaxGroup, E = 4;
+  constexpr int G = kDecodeMaxGroup;
   constexpr int64_t chunk_floats = G * (HD + 2);
   const float* pm = partials + h;
   const float* po = partials + 2 * G + h * HD + d;
-  float M = -INFINITY, S = 0, O[E] = {};
+  float M = -INFINITY, S = 0, O[4] = {};
   for (int64_t c0 = 0; c0 < chunks; c0 += C) {
     float cm[C], cs[C];
     float4 co[C];
@@ -82,23 +104,10 @@ __device__ inline void MergeFour(const float* partials, int64_t chunks, int h, i
       cs[c] = in ? __ldcg(pm + (c0 + c) * chunk_floats + G) : 0.f;
       co[c] = in ? __ldcg(reinterpret_cast<const float4*>(po + (c0 + c) * chunk_floats)) : float4{};
     }
-    float M2 = M;
-#pragma unroll
-    for (int c = 0; c < C; ++c) M2 = cs[c] > 0 ? fmaxf(M2, cm[c]) : M2;
-    const float f = M == -INFINITY ? 0.f : expf(M - M2);
-    S *= f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) O[e] *= f;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float w = cs[c] > 0 ? expf(cm[c] - M2) : 0.f;
-      S += cs[c] * w;
-      O[0] += co[c].x * w, O[1] += co[c].y * w, O[2] += co[c].z * w, O[3] += co[c].w * w;
-    }
-    M = M2;
+    MergeRound<C>(cm, cs, co, M, S, O);
   }
 #pragma unroll
-  for (int e = 0; e < E; ++e) out[e] = O[e] / S;
+  for (int e = 0; e < 4; ++e) out[e] = O[e] / S;
 }
 
 // The attention output of the `group` query heads of one key head, merged

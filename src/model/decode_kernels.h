@@ -114,17 +114,16 @@ struct DecodeLayersArgs {
   const float* inv_freq = nullptr;
   void* h = nullptr;
   // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim]; the residual
-  // stream in fp32, [batch, hidden] each: attn_sum after the attention (to
-  // which the o projection is added), h_sum after the MLP (to which the down
-  // projection is added); partial as for DecodeAttention, over
-  // DecodeLayersAttentionChunks(span, head_dim) chunks, whose writes are
-  // counted in `counters` (batch * kv_heads zeros before the launch); barrier:
-  // one zero.
-  void* qkv = nullptr;
+  // stream in fp32, two copies of [batch, hidden] each: attn_sum after the
+  // attention (to which the o projection is added), h_sum after the MLP (to
+  // which the down projection is added); partial as for DecodeAttention,
+  // over DecodeLayersAttentionChunks(span, head_dim) chunks. qkv and partial
+  // hold each value in 64 bits with the layer's tag (16-byte aligned); they,
+  // attn_sum's first copy and barrier (one count) are zeros before the launch.
+  uint64_t* qkv = nullptr;
   float* attn_sum = nullptr;
   float* h_sum = nullptr;
-  float* partial = nullptr;
-  unsigned* counters = nullptr;
+  uint64_t* partial = nullptr;
   unsigned* barrier = nullptr;
   // Profiling, when set: block 0's %globaltimer (ns) at the start and, per
   // layer and stage (5 a layer), when its work ends and when the barrier

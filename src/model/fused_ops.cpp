@@ -45,10 +45,15 @@ kernels::Dtype KernelDtype(c10::ScalarType dtype) {
 }
 kernels::Dtype KernelDtype(const at::Tensor& t) { return KernelDtype(t.scalar_type()); }
 
-// Work space of the decode attention's split over key chunks (decode_kernels.h).
+// Work space of the decode attention's split over key chunks (decode_kernels.h):
+// per (row, key head, chunk) kDecodeMaxGroup maxima, as many sums and
+// kDecodeMaxGroup x head_dim outputs.
+int64_t AttentionPartialValues(int64_t batch, int64_t kv_heads, int64_t chunks, int64_t head_dim) {
+  return batch * kv_heads * chunks * kernels::kDecodeMaxGroup * (head_dim + 2);
+}
 at::Tensor AttentionPartials(int64_t batch, int64_t kv_heads, int64_t chunks, int64_t head_dim,
                              const at::TensorOptions& options) {
-  return at::empty({batch * kv_heads * chunks * kernels::kDecodeMaxGroup * (head_dim + 2)}, options.dtype(at::kFloat));
+  return at::empty({AttentionPartialValues(batch, kv_heads, chunks, head_dim)}, options.dtype(at::kFloat));
 }
 
 cudaStream_t Stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
@@ -381,16 +386,19 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.positions = pos.data_ptr<int64_t>();
   a.inv_freq = freq.data_ptr<float>();
   a.h = h.data_ptr();
-  at::Tensor qkv = at::empty({B, (heads + 2 * kv_heads) * hd}, h.options());
-  at::Tensor sums = at::empty({2, B, hidden}, h.options().dtype(at::kFloat));  // the residual stream after each fold
-  at::Tensor partial = AttentionPartials(B, kv_heads, kernels::DecodeLayersAttentionChunks(span, hd), hd, h.options());
-  at::Tensor counts = at::zeros({1 + B * kv_heads}, h.options().dtype(at::kInt));  // the barrier's, the chunks'
-  a.qkv = qkv.data_ptr();
-  a.attn_sum = sums[0].data_ptr<float>();
-  a.h_sum = sums[1].data_ptr<float>();
-  a.partial = partial.data_ptr<float>();
-  a.barrier = reinterpret_cast<unsigned*>(counts.data_ptr<int>());
-  a.counters = a.barrier + 1;
+  // One zeroed buffer, 16-byte aligned parts: the barrier's count; the
+  // tagged partials and q/k/v outputs, 64 bits a value; the residual
+  // stream's fp32 sums after the attention and after the MLP, two copies
+  // each (the first copy of the first must start at zero).
+  const int64_t partials = AttentionPartialValues(B, kv_heads, kernels::DecodeLayersAttentionChunks(span, hd), hd);
+  const int64_t qkv_values = B * (heads + 2 * kv_heads) * hd, sum_floats = 2 * B * hidden;
+  at::Tensor zeroed = at::zeros({2 + partials + qkv_values + sum_floats}, h.options().dtype(at::kLong));
+  int64_t* base = zeroed.data_ptr<int64_t>();
+  a.barrier = reinterpret_cast<unsigned*>(base);
+  a.partial = reinterpret_cast<uint64_t*>(base + 2);
+  a.qkv = reinterpret_cast<uint64_t*>(base + 2 + partials);
+  a.attn_sum = reinterpret_cast<float*>(base + 2 + partials + qkv_values);
+  a.h_sum = a.attn_sum + sum_floats;
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
                     timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers, kernels::DecodeLayersBlocks()),
