@@ -386,19 +386,20 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.positions = pos.data_ptr<int64_t>();
   a.inv_freq = freq.data_ptr<float>();
   a.h = h.data_ptr();
-  // One zeroed buffer, 16-byte aligned parts: the barrier's count; the
-  // tagged partials and q/k/v outputs, 64 bits a value; the residual
-  // stream's fp32 sums after the attention and after the MLP, two copies
-  // each (the first copy of the first must start at zero).
+  // One zeroed buffer of 64-bit words, its parts 16-byte aligned: the
+  // barrier's count (two words); the tagged partials and q/k/v outputs, a
+  // word a value; the residual stream's fp32 sums after the attention and
+  // after the MLP, two copies of [B, hidden] each, two floats a word (the
+  // first copy of the first must start at zero).
   const int64_t partials = AttentionPartialValues(B, kv_heads, kernels::DecodeLayersAttentionChunks(span, hd), hd);
-  const int64_t qkv_values = B * (heads + 2 * kv_heads) * hd, sum_floats = 2 * B * hidden;
-  at::Tensor zeroed = at::zeros({2 + partials + qkv_values + sum_floats}, h.options().dtype(at::kLong));
+  const int64_t qkv_values = B * (heads + 2 * kv_heads) * hd, copies = 2 * B * hidden;  // floats of a sum's copies
+  at::Tensor zeroed = at::zeros({2 + partials + qkv_values + copies}, h.options().dtype(at::kLong));
   int64_t* base = zeroed.data_ptr<int64_t>();
   a.barrier = reinterpret_cast<unsigned*>(base);
   a.partial = reinterpret_cast<uint64_t*>(base + 2);
-  a.qkv = reinterpret_cast<uint64_t*>(base + 2 + partials);
-  a.attn_sum = reinterpret_cast<float*>(base + 2 + partials + qkv_values);
-  a.h_sum = a.attn_sum + sum_floats;
+  a.qkv = a.partial + partials;
+  a.attn_sum = reinterpret_cast<float*>(a.qkv + qkv_values);
+  a.h_sum = a.attn_sum + copies;
   if (timeline.defined()) {
     TORCH_CHECK(timeline.is_cuda() && timeline.scalar_type() == at::kLong && timeline.is_contiguous() &&
                     timeline.numel() >= PersistentDecodeTimelineSize(a.num_layers, kernels::DecodeLayersBlocks()),
