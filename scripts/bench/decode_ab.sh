@@ -11,6 +11,8 @@
 # 3) of the persistent kernel alone at batch 1 (decode_kernels_bench), each
 # round A then every variant; with --e2e also batch-1 tokens/s through the
 # generator (generate.py, persistent kernel, overlapped steps), two rounds.
+# ROUNDS 0 with --e2e: a change outside the kernel (the bench calls the
+# kernel directly and would not see it), end to end only.
 # Prints each figure and each variant's mean against A's; logs and each
 # build's last kernel timeline under OUT_DIR.
 set -euo pipefail
@@ -97,6 +99,6 @@ measure() {  # figure function, rounds, what, log name
   summary "$3" "${args[@]}" | tee -a "$out/summary.txt"
 }
 : > "$out/summary.txt"
-measure kernel_us "$rounds" "persistent kernel, batch 1, us" kernel
+if [ "$rounds" -gt 0 ]; then measure kernel_us "$rounds" "persistent kernel, batch 1, us" kernel; fi
 if [ "$e2e" = "--e2e" ]; then measure tokens_per_s 2 "batch-1 decode, tok/s" e2e; fi
 for v in "${!patches[@]}"; do rm -rf "/tmp/decode-ab$(suffix "$v")"; done
