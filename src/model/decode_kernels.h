@@ -100,8 +100,9 @@ struct DecodeLayer {
 // o projection folded in: the blocks that merge a query head's chunks
 // multiply it by that head's columns of the o weights and add the products
 // to the residual stream by atomics; norm + gate/up + SwiGLU with the down
-// projection folded in the same way) with a grid-wide barrier after each:
-// three a layer. The weights stream into a ring of shared memory by bulk
+// projection folded in the same way), with a grid-wide barrier after the o
+// and the down projections (the attention reads the q/k/v outputs, tagged,
+// as they arrive). The weights stream into a ring of shared memory by bulk
 // copies (TMA) that run ahead of the computation, across stages and layers,
 // as far as the ring holds. h [batch, hidden] holds the embeddings on entry
 // and the last layer's output on return. Hopper and later.
