@@ -3,7 +3,7 @@
 # machine: H200s differ from each other by up to ~5% on the same code, so
 # figures from different runs cannot judge a change of a few percent.
 #
-#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e]
+#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test]
 #
 # Builds decode_kernels_bench and generate_bench from the working tree (A, in
 # build-gpu) and from the tree with each PATCH applied (B, C, ... in
@@ -12,9 +12,12 @@
 # round A then every variant; with --e2e also batch-1 tokens/s through the
 # generator (generate.py, persistent kernel, overlapped steps), two rounds.
 # ROUNDS 0 with --e2e: a change outside the kernel (the bench calls the
-# kernel directly and would not see it), end to end only.
-# Prints each figure and each variant's mean against A's; logs and each
-# build's last kernel timeline under OUT_DIR.
+# kernel directly and would not see it), end to end only. With --test,
+# each build's generate_gpu_test runs first (a kernel change must pass it).
+# Prints each figure and each variant's mean against A's into
+# OUT_DIR/summary.txt; the logs and each build's last kernel timeline go
+# into OUT_DIR/logs.tar.gz (one file: the GPU host's tool brings back only
+# so many).
 set -euo pipefail
 patches=()
 while [ $# -gt 0 ] && [ -f "$1" ]; do
@@ -27,9 +30,13 @@ if [ ${#patches[@]} -eq 0 ] || [ $# -eq 0 ]; then
 fi
 out=$1
 shift
-rounds=3 e2e=
+rounds=3 e2e= test=
 for arg in "$@"; do
-  if [ "$arg" = --e2e ]; then e2e=$arg; else rounds=$arg; fi
+  case "$arg" in
+    --e2e) e2e=$arg ;;
+    --test) test=generate_gpu_test ;;
+    *) rounds=$arg ;;
+  esac
 done
 mkdir -p "$out"
 root=$(pwd)
@@ -40,7 +47,7 @@ root=$(pwd)
 suffix() { [ "$1" = 0 ] || echo $(($1 + 1)); }
 build() {  # source dir, build dir
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-}" > "$out/cmake_$(basename "$2").log" 2>&1 &&
-    ninja -C "$2" decode_kernels_bench generate_bench > "$out/build_$(basename "$2").log" 2>&1
+    ninja -C "$2" decode_kernels_bench generate_bench $test > "$out/build_$(basename "$2").log" 2>&1
 }
 builds=(build-gpu)
 pids=()
@@ -99,6 +106,15 @@ measure() {  # figure function, rounds, what, log name
   summary "$3" "${args[@]}" | tee -a "$out/summary.txt"
 }
 : > "$out/summary.txt"
+if [ -n "$test" ]; then
+  for b in "${builds[@]}"; do
+    timeout 300 "$b/tests/generate_gpu_test" > "$out/gpu_test_$b.log" 2>&1 && result=passed || result="FAILED ($?)"
+    echo "$b generate_gpu_test: $result, $(grep -c '^\[       OK \]' "$out/gpu_test_$b.log") tests ok" |
+      tee -a "$out/summary.txt"
+  done
+fi
 if [ "$rounds" -gt 0 ]; then measure kernel_us "$rounds" "persistent kernel, batch 1, us" kernel; fi
 if [ "$e2e" = "--e2e" ]; then measure tokens_per_s 2 "batch-1 decode, tok/s" e2e; fi
 for v in "${!patches[@]}"; do rm -rf "/tmp/decode-ab$(suffix "$v")"; done
+(cd "$out" && find . -type f ! -name summary.txt ! -name logs.tar.gz | tar -czf logs.tar.gz -T - &&
+  find . -type f ! -name summary.txt ! -name logs.tar.gz -delete)
