@@ -527,9 +527,11 @@ constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 1
 // outputs instead: each warp's sums of squares go into `squares`, kWarps *
 // kDecodeMaxRows floats): x, or with `sum` an fp32 copy of the residual
 // stream (FoldOut's or FoldDown's) rounded to T. With `stream` the block
-// passes its share of the input on to the next fp32 copy of the stream:
-// stores it there plus `bias` (where set), or with `add` adds it there by
-// atomics.
+// passes its share of the input, packs [share0, share1), on to the next
+// fp32 copy of the stream: stores it there plus `bias` (where set), or with
+// `add` adds it there by atomics. The share is worked out once a launch
+// (Consumer): worked out here, its two divisions came before the first
+// load, on the critical path.
 //
 // The kernel's code does not fit the instruction cache (see the top), so
 // every layer fetches much of it again: this is one out-of-line copy for both
@@ -540,10 +542,10 @@ constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 1
 // batch 1 on an H200 (577.7 against 557.8 us; at batch 8 1.6% faster).
 template <typename T>
 __device__ __noinline__ void LoadInput(const T* x, const float* sum, const T* norm, int batch, int k, int pitch,
-                                       T* xs, float* squares, float* stream, const T* bias, bool add) {
+                                       T* xs, float* squares, float* stream, int share0, int share1, const T* bias,
+                                       bool add) {
   constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows;
   const int packs = batch * k / V;
-  const int share0 = packs * blockIdx.x / gridDim.x, share1 = packs * (blockIdx.x + 1) / gridDim.x;
   float ss[R] = {};
   for (int i = threadIdx.x; i < packs; i += kThreads) {
     Pack<T, V> v = sum ? RoundPackCoherent<T, V>(sum + i * V) : LoadPackCoherent<T, V>(x + i * V);
@@ -940,6 +942,7 @@ struct Consumer {
   float* squares;    // the stage's input's sums of squares (LoadInput)
   void* biases;      // the biases of the block's rows of every layer (LoadBiases)
   unsigned long long* profile;  // BlockProfile
+  int share0, share1;           // this block's share of a stage input's packs (LoadInput)
 };
 
 // Block 0's clock into `timeline` (decode_kernels.h; null: not profiled);
@@ -1025,7 +1028,7 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   const bool qkv = s == kStageQkv;
   const float* sum = qkv ? (l > 0 ? HSum(a, l - 1) : nullptr) : AttnSum(a, l);
   LoadInput<T>(static_cast<const T*>(g.x), sum, static_cast<const T*>(g.norm_weight), static_cast<int>(g.batch),
-               static_cast<int>(g.k), pitch, xs, c.squares, qkv ? AttnSum(a, l) : HSum(a, l),
+               static_cast<int>(g.k), pitch, xs, c.squares, qkv ? AttnSum(a, l) : HSum(a, l), c.share0, c.share1,
                qkv ? static_cast<const T*>(layer.o.bias) : nullptr, true);
   if (j0 >= j1) return;
   clock.Lap(0);
@@ -1221,6 +1224,10 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   c.xs = reinterpret_cast<float*>(shared + p.ring_bytes);
   c.red = c.xs + p.x_floats;
   c.squares = squares;
+  {  // both stages' inputs are [batch, hidden]
+    const int packs = static_cast<int>(a.batch * a.hidden * static_cast<int64_t>(sizeof(T)) / 16);
+    c.share0 = packs * blockIdx.x / gridDim.x, c.share1 = packs * (blockIdx.x + 1) / gridDim.x;
+  }
   // Null in the kernel that does not profile, which takes every clock's
   // code out of it.
   unsigned long long* const timeline = kProfile ? a.timeline : nullptr;
