@@ -529,9 +529,9 @@ constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 1
 // stream (FoldOut's or FoldDown's) rounded to T. With `stream` the block
 // passes its share of the input, packs [share0, share1), on to the next
 // fp32 copy of the stream: stores it there plus `bias` (where set), or with
-// `add` adds it there by atomics. The share is worked out once a launch
-// (Consumer): worked out here, its two divisions came before the first
-// load, on the critical path.
+// `add` adds it there by atomics. The kernel works the share out once a
+// launch (Consumer; both stages' k is hidden): here, its two divisions
+// came before the first load, on the critical path.
 //
 // The kernel's code does not fit the instruction cache (see the top), so
 // every layer fetches much of it again: this is one out-of-line copy for both
