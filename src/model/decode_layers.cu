@@ -498,21 +498,17 @@ struct Producer {
   }
 };
 
-// Elements [e, e + V) of the residual stream (k a row) into its fp32 copy
-// `stream`: stored plus `bias` (where set), or with `add` added by atomics.
+// Elements [e, e + V) of the residual stream (k a row), plus `bias` where
+// set, added by atomics into its fp32 copy `stream`.
 template <typename T, int V>
-__device__ inline void PassOn(const Pack<T, V>& v, int e, int k, float* stream, const T* bias, bool add) {
+__device__ inline void PassOn(const Pack<T, V>& v, int e, int k, float* stream, const T* bias) {
   float f[V];
   const T* b = bias ? bias + e % k : nullptr;  // the pack lies in one row
 #pragma unroll
   for (int i = 0; i < V; ++i) f[i] = ToFloat(v.v[i]) + (b ? ToFloat(b[i]) : 0.f);
 #pragma unroll
   for (int i = 0; i < V; i += 4) {
-    const float4 four = {f[i], f[i + 1], f[i + 2], f[i + 3]};
-    if (add)
-      RedAddFour(stream + e + i, four);
-    else
-      *reinterpret_cast<float4*>(stream + e + i) = four;
+    RedAddFour(stream + e + i, {f[i], f[i + 1], f[i + 2], f[i + 3]});
   }
 }
 
@@ -528,8 +524,8 @@ constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 1
 // kDecodeMaxRows floats): x, or with `sum` an fp32 copy of the residual
 // stream (FoldOut's or FoldDown's) rounded to T. With `stream` the block
 // passes its share of the input, packs [share0, share1), on to the next
-// fp32 copy of the stream: stores it there plus `bias` (where set), or with
-// `add` adds it there by atomics. The kernel works the share out once a
+// fp32 copy of the stream: adds it there, plus `bias` where set, by
+// atomics. The kernel works the share out once a
 // launch (Consumer; both stages' k is hidden): here, its two divisions
 // came before the first load, on the critical path.
 //
@@ -542,8 +538,8 @@ constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 1
 // batch 1 on an H200 (577.7 against 557.8 us; at batch 8 1.6% faster).
 template <typename T>
 __device__ __noinline__ void LoadInput(const T* x, const float* sum, const T* norm, int batch, int k, int pitch,
-                                       T* xs, float* squares, float* stream, int share0, int share1, const T* bias,
-                                       bool add) {
+                                       T* xs, float* squares, float* stream, int share0, int share1,
+                                       const T* bias) {
   constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows;
   const int packs = batch * k / V;
   float ss[R] = {};
@@ -551,7 +547,7 @@ __device__ __noinline__ void LoadInput(const T* x, const float* sum, const T* no
     Pack<T, V> v = sum ? RoundPackCoherent<T, V>(sum + i * V) : LoadPackCoherent<T, V>(x + i * V);
     const Pack<T, V> w = *reinterpret_cast<const Pack<T, V>*>(norm + i * V % k);
     const int b = i * V / k;
-    if (stream && i >= share0 && i < share1) PassOn<T, V>(v, i * V, k, stream, bias, add);
+    if (stream && i >= share0 && i < share1) PassOn<T, V>(v, i * V, k, stream, bias);
     float s = 0;
 #pragma unroll
     for (int e = 0; e < V; ++e) {
@@ -1029,7 +1025,7 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   const float* sum = qkv ? (l > 0 ? HSum(a, l - 1) : nullptr) : AttnSum(a, l);
   LoadInput<T>(static_cast<const T*>(g.x), sum, static_cast<const T*>(g.norm_weight), static_cast<int>(g.batch),
                static_cast<int>(g.k), pitch, xs, c.squares, qkv ? AttnSum(a, l) : HSum(a, l), c.share0, c.share1,
-               qkv ? static_cast<const T*>(layer.o.bias) : nullptr, true);
+               qkv ? static_cast<const T*>(layer.o.bias) : nullptr);
   if (j0 >= j1) return;
   clock.Lap(0);
   const int splits = p.splits[s], shift = 31 - __clz(splits);
