@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
                           {"graphs_captured", stats.graphs_captured},
                           {"decode_kernels", decode_kernels},
                           {"graph_replays", stats.graph_replays},
+                          {"launched_steps", stats.launched_steps},
                           {"graphs_captured_in_timed_run", stats.graphs_captured - captured},
                           {"warmup_decode_s", warmup_s}};
     if (profile) {

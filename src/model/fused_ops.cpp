@@ -413,7 +413,8 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
 #endif
 }
 
-at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator) {
+at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator,
+                        at::Tensor* counters) {
   TORCH_CHECK(logits.dim() == 2 && static_cast<int64_t>(temperatures.size()) == logits.size(0),
               "SampleTokens: logits [rows, vocab] and a temperature per row, got ", logits.sizes(), " and ",
               temperatures.size());
@@ -442,15 +443,19 @@ at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& tem
     seed_offset = gen->philox_engine_inputs(4);  // each call a new Philox offset
   }
   at::Tensor work = at::empty({kernels::SampleTokensWorkFloats(rows, vocab)}, on.dtype(at::kFloat));
-  at::Tensor counters = at::zeros({rows}, on.dtype(at::kInt));
+  at::Tensor own;
+  at::Tensor& count = counters ? *counters : own;
+  if (!count.defined() || count.numel() < rows || count.device() != z.device())
+    count = at::zeros({rows}, on.dtype(at::kInt));
   Check(kernels::SampleTokens(KernelDtype(z), z.data_ptr(), rows, vocab,
                               per_row.defined() ? per_row.data_ptr<float>() : nullptr,
                               static_cast<float>(temperatures[0]), seed_offset.first, seed_offset.second,
-                              work.data_ptr<float>(), counters.data_ptr<int>(), out.data_ptr<float>(), Stream(z)),
+                              work.data_ptr<float>(), count.data_ptr<int>(), out.data_ptr<float>(), Stream(z)),
         "sample tokens");
   return out;
 #else
   (void)generator;
+  (void)counters;
   TORCH_CHECK(false, "SampleTokens: built without the fused CUDA kernels");
 #endif
 }

@@ -371,10 +371,7 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
   const ModelConfig& c = impl_->config;
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
   const bool small = ids.is_cuda() && B <= FusedDecodeMaxRows();
-  if (kernels == DecodeKernels::kPersistent && small &&
-      PersistentDecodeFits(impl_->options.dtype, B, span, c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads,
-                           kv, hd))
-    return DecodePersistent(ids, positions, cache, span, logits);
+  if (small && DecodesInOneKernel(B, span, kernels)) return DecodePersistent(ids, positions, cache, span, logits);
   if (kernels == DecodeKernels::kFused && small && FusedDecodeFits(c.num_heads, kv, hd))
     return DecodeFused(ids, positions, cache, span, logits);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -396,6 +393,13 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
             .reshape({B, c.num_heads, 1, hd});
       });
   return logits ? logits->copy_(out.select(1, 0)) : out.select(1, 0);
+}
+
+bool Transformer::DecodesInOneKernel(int64_t B, int64_t span, DecodeKernels kernels) const {
+  const ModelConfig& c = impl_->config;
+  return kernels == DecodeKernels::kPersistent && impl_->options.device.is_cuda() && B <= FusedDecodeMaxRows() &&
+         PersistentDecodeFits(impl_->options.dtype, B, span, c.num_layers, c.hidden_size, c.intermediate_size,
+                              c.num_heads, c.num_kv_heads, c.head_dim);
 }
 
 // Five kernels per layer (fused_ops.h): norm + q/k/v projections; q/k norm,

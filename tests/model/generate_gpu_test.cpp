@@ -27,17 +27,30 @@ std::vector<GenerationRequest> GreedyRequests(const std::string& arch, std::vect
   return requests;
 }
 
+// ATen's decode through graphs; the persistent kernel's steps, launched.
 TEST(GeneratorGpuTest, GraphReplaysMatchTransformersGreedy) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
   for (std::string arch : {"llama", "qwen2", "qwen3"}) {
     auto model = Transformer::Load(ModelFixtureDir() / arch, {at::kFloat, at::Device("cuda:0")}).value();
     std::vector<std::vector<int32_t>> expected;
     auto requests = GreedyRequests(arch, &expected);
-    Generator gen(*model, nullptr, {/*max_batch=*/2, /*max_seq_len=*/300, 0});  // 3 requests, 2 slots
-    auto results = gen.Generate(requests);
-    for (size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].tokens, expected[i]) << arch << " prompt " << i;
-    EXPECT_GT(gen.stats().graphs_captured, 0);
-    EXPECT_EQ(gen.stats().graph_replays, gen.stats().decode_steps);
+    for (auto kernels : {DecodeKernels::kAten, DecodeKernels::kPersistent}) {
+      GeneratorOptions options{/*max_batch=*/2, /*max_seq_len=*/300, 0};  // 3 requests, 2 slots
+      options.decode_kernels = kernels;
+      Generator gen(*model, nullptr, options);
+      auto results = gen.Generate(requests);
+      for (size_t i = 0; i < results.size(); ++i)
+        EXPECT_EQ(results[i].tokens, expected[i])
+            << arch << " kernels " << static_cast<int>(kernels) << " prompt " << i;
+      const GeneratorStats& s = gen.stats();
+      EXPECT_EQ(s.graph_replays + s.launched_steps, s.decode_steps);
+      if (kernels == DecodeKernels::kAten) {
+        EXPECT_GT(s.graphs_captured, 0);
+        EXPECT_EQ(s.launched_steps, 0);
+      } else if (model->DecodesInOneKernel(1, 128, kernels)) {
+        EXPECT_GT(s.launched_steps, 0) << arch;
+      }
+    }
   }
 }
 
@@ -47,7 +60,9 @@ TEST(GeneratorGpuTest, Bf16GraphsEqualTheUncapturedDecode) {
   std::vector<std::vector<int32_t>> unused;
   auto requests = GreedyRequests("qwen3", &unused);
   for (auto& r : requests) r.sampling.max_new_tokens = 40;
-  GeneratorOptions with{4, 256, 0}, without = with;
+  GeneratorOptions with{4, 256, 0};
+  with.decode_kernels = DecodeKernels::kAten;  // the persistent kernel's steps are launched either way
+  GeneratorOptions without = with;
   without.cuda_graphs = false;
   without.slot_decode = true;  // the same kernels, launched one by one
   auto a = Generator(*model, nullptr, with).Generate(requests);
@@ -59,8 +74,8 @@ TEST(GeneratorGpuTest, Bf16GraphsEqualTheUncapturedDecode) {
 }
 
 // Steps launched before the last one's tokens are read, their inputs fed on
-// the device, through graphs (ATen and persistent decode): the transformers
-// tokens, two slots for three requests.
+// the device, through graphs (ATen) or launched (the persistent kernel): the
+// transformers tokens, two slots for three requests.
 TEST(GeneratorGpuTest, OverlappedGraphStepsMatchTransformersGreedy) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
   auto model = Transformer::Load(ModelFixtureDir() / "qwen2", {at::kFloat, at::Device("cuda:0")}).value();
@@ -75,7 +90,7 @@ TEST(GeneratorGpuTest, OverlappedGraphStepsMatchTransformersGreedy) {
     for (size_t i = 0; i < results.size(); ++i)
       EXPECT_EQ(results[i].tokens, expected[i]) << "kernels " << static_cast<int>(kernels) << " prompt " << i;
     EXPECT_TRUE(gen.Idle());
-    EXPECT_EQ(gen.stats().graph_replays, gen.stats().decode_steps);
+    EXPECT_EQ(gen.stats().graph_replays + gen.stats().launched_steps, gen.stats().decode_steps);
   }
 }
 

@@ -36,8 +36,11 @@ bool HaveFusedKernels();
 // t > 0 draws from softmax(logits / t) with noise from `generator` (CUDA).
 // Returns [2, rows] fp32 on the logits' device: the token ids, then each
 // one's logprob (greedy: under softmax(logits); drawn: under
-// softmax(logits / t)).
-at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator);
+// softmax(logits / t)). `counters`, where given, is the kernel's int32
+// zeros on the logits' device, which it leaves zero: a caller that samples
+// every step keeps them and saves a fill each step (made, or grown, here).
+at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator,
+                        at::Tensor* counters = nullptr);
 
 // A decode step's inputs, staged on the host: the first `rows` columns of
 // staging [5, S] (int64, pinned where inputs is on CUDA: token ids,

@@ -75,6 +75,9 @@ struct GeneratorOptions {
 struct GeneratorStats {
   int64_t prefill_tokens = 0, reused_tokens = 0, decode_steps = 0, generated_tokens = 0;
   int64_t graphs_captured = 0, graph_replays = 0;
+  // Slot decode steps whose kernels went out one by one: without graphs, and
+  // with them the steps that are one persistent kernel (DecodeSlots).
+  int64_t launched_steps = 0;
 };
 
 class Generator {
@@ -135,7 +138,8 @@ class Generator {
                            const std::vector<int64_t>& positions, const std::vector<int64_t>& fed = {},
                            const std::vector<int64_t>& fed_rows = {}, const at::Tensor& picks = {});
   // Logits [rows, V] of one decode step over slots 0..rows-1, whose ids and
-  // positions are in decode_inputs_: a graph replay on CUDA.
+  // positions are in decode_inputs_: on CUDA a graph replay, unless the
+  // step is one persistent kernel (then launched).
   at::Tensor DecodeSlots(int64_t rows, int64_t span);
   // DecodeSlots on CUDA: the (rows, span) graph, captured on first use, replayed into `out`.
   at::Tensor ReplayDecode(int64_t rows, int64_t span, const at::Tensor& ids, const at::Tensor& positions,
@@ -150,6 +154,7 @@ class Generator {
   int64_t next_id_ = 0;
   uint64_t clock_ = 0;  // for least-recently-used slot choice
   at::Generator rng_;
+  at::Tensor sample_counters_;  // SampleTokens's, kept zero between steps
   GeneratorStats stats_;
   bool slot_decode_ = false;  // decode runs over leading slots (CUDA graphs)
   // The graphs' fixed inputs (ids; positions; then the fed slots, their

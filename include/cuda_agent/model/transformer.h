@@ -74,6 +74,9 @@ class Transformer {
   // fixed shapes for fixed (B, span), so a CUDA graph can capture it.
   at::Tensor Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
                     DecodeKernels kernels = DecodeKernels::kAten, at::Tensor* logits = nullptr) const;
+  // Whether Decode of B rows over `span` keys with `kernels` runs every layer
+  // in the one persistent kernel (CUDA; the rows and shape it takes).
+  bool DecodesInOneKernel(int64_t B, int64_t span, DecodeKernels kernels) const;
 
   // Hugging Face name -> parameter; the value head as value_head.weight/bias.
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const;
