@@ -3,7 +3,7 @@
 # machine: H200s differ from each other by up to ~5% on the same code, so
 # figures from different runs cannot judge a change of a few percent.
 #
-#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test]
+#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test] [--profile]
 #
 # Builds decode_kernels_bench and generate_bench from the working tree (A, in
 # build-gpu) and from the tree with each PATCH applied (B, C, ... in
@@ -13,7 +13,9 @@
 # generator (generate.py, persistent kernel, overlapped steps), two rounds.
 # ROUNDS 0 with --e2e: a change outside the kernel (the bench calls the
 # kernel directly and would not see it), end to end only. With --test,
-# each build's generate_gpu_test runs first (a kernel change must pass it).
+# each build's generate_gpu_test runs first (a kernel change must pass it);
+# with --profile, each build's batch-1 decode once under the profiler, and
+# where its step's time goes (step_profile.py) into the summary.
 # Prints each figure and each variant's mean against A's into
 # OUT_DIR/summary.txt; the logs and each build's last kernel timeline go
 # into OUT_DIR/logs.tar.gz (one file: the GPU host's tool brings back only
@@ -25,16 +27,17 @@ while [ $# -gt 0 ] && [ -f "$1" ]; do
   shift
 done
 if [ ${#patches[@]} -eq 0 ] || [ $# -eq 0 ]; then
-  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e]" >&2
+  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test] [--profile]" >&2
   exit 2
 fi
 out=$1
 shift
-rounds=3 e2e= test=
+rounds=3 e2e= test= profile=
 for arg in "$@"; do
   case "$arg" in
     --e2e) e2e=$arg ;;
     --test) test=generate_gpu_test ;;
+    --profile) profile=$arg ;;
     *) rounds=$arg ;;
   esac
 done
@@ -111,6 +114,16 @@ if [ -n "$test" ]; then
     timeout 300 "$b/tests/generate_gpu_test" > "$out/gpu_test_$b.log" 2>&1 && result=passed || result="FAILED ($?)"
     echo "$b generate_gpu_test: $result, $(grep -c '^\[       OK \]' "$out/gpu_test_$b.log") tests ok" |
       tee -a "$out/summary.txt"
+  done
+fi
+if [ -n "$profile" ]; then
+  for b in "${builds[@]}"; do
+    if python3 scripts/bench/generate.py --build "$b" --batches 1 --without-transformers --decode-kernels persistent \
+      --overlap --profile --out "$out/profile_$b.json" > "$out/profile_$b.log" 2>&1; then
+      python3 scripts/bench/step_profile.py --match persistent "$out/profile_$b.json" | tee -a "$out/summary.txt"
+    else
+      echo "$b: the profiled run failed: $out/profile_$b.log" | tee -a "$out/summary.txt"
+    fi
   done
 fi
 if [ "$rounds" -gt 0 ]; then measure kernel_us "$rounds" "persistent kernel, batch 1, us" kernel; fi
