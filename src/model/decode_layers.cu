@@ -1314,12 +1314,19 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
 // output row would not fit.
 template <typename T, int HD>
 bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes) {
-  cudaFuncAttributes attributes{};
-  // The profiling kernel's static shared memory: at least the other's.
-  if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true>) != cudaSuccess) return false;
-  int device = 0, optin = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  // The shared memory a block may have, less the profiling kernel's static
+  // share (at least the other's): asked of the runtime once, as
+  // MultiprocessorCount is (a plan is made at every launch, and the
+  // generator asks whether a step fits before it). Negative: unknown.
+  static const int64_t room = [] {
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true>) != cudaSuccess) return int64_t{-1};
+    int device = 0, optin = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    return static_cast<int64_t>(optin) - static_cast<int64_t>(attributes.sharedSizeBytes);
+  }();
+  if (room < 0) return false;
   const int64_t widest = std::max({a.hidden, a.mlp, a.heads * a.head_dim}), grid = MultiprocessorCount();
   const int64_t elem = sizeof(T);
   plan->fold_cols = (a.mlp * elem / 16 + grid - 1) / grid * (16 / elem);  // GateUpRows
@@ -1342,8 +1349,7 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   // sums (smaller tiles, more parts of k): a few rounds settle it.
   plan->red_floats = 0;
   for (int round = 0;; ++round) {
-    plan->ring_bytes =
-        (optin - static_cast<int64_t>(attributes.sharedSizeBytes) - fixed - plan->red_floats * 4 - 1024) / 128 * 128;
+    plan->ring_bytes = (room - fixed - plan->red_floats * 4 - 1024) / 128 * 128;
     if (plan->ring_bytes < 32 * 1024 || round == 4) return false;
     const int64_t tile_cap = plan->ring_bytes / 3;
     int64_t red = 0;

@@ -371,7 +371,7 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& position
   const ModelConfig& c = impl_->config;
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
   const bool small = ids.is_cuda() && B <= FusedDecodeMaxRows();
-  if (small && DecodesInOneKernel(B, span, kernels)) return DecodePersistent(ids, positions, cache, span, logits);
+  if (DecodesInOneKernel(B, span, kernels)) return DecodePersistent(ids, positions, cache, span, logits);
   if (kernels == DecodeKernels::kFused && small && FusedDecodeFits(c.num_heads, kv, hd))
     return DecodeFused(ids, positions, cache, span, logits);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
