@@ -19,7 +19,8 @@
 # Prints each figure and each variant's mean against A's into
 # OUT_DIR/summary.txt; the logs and each build's last kernel timeline go
 # into OUT_DIR/logs.tar.gz (one file: the GPU host's tool brings back only
-# so many).
+# so many). scripts/bench/floor/ holds timing-only patches (the kernel with
+# no waits on other blocks, with no weight copies) for the kernel's floors.
 set -euo pipefail
 patches=()
 while [ $# -gt 0 ] && [ -f "$1" ]; do

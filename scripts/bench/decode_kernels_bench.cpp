@@ -4,11 +4,13 @@
 // persistent kernel over all layers and its time per layer.
 //
 //   decode_kernels_bench --batch 1 --span 384 --json out.json
+//   decode_kernels_bench --shape qwen2.5-1.5b   # 28 layers of hidden 1536
 //   CUDA_AGENT_DECODE_PDL=0 decode_kernels_bench ...   # without programmatic launch
 //   ncu --kernel-name regex:Decode decode_kernels_bench --plain --iters 5
 //
 // Shapes: Qwen2.5-0.5B (hidden 896, MLP 4864, 14 heads of 64, 2 KV heads,
-// vocab 151936), bf16. Each kernel runs --iters times back to back under the
+// vocab 151936, 24 layers) or Qwen2.5-1.5B (hidden 1536, MLP 8960, 12 heads of
+// 128, 2 KV heads, 28 layers), bf16. Each kernel runs --iters times back to back under the
 // profiler; the time is the kernel's mean duration.
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
@@ -49,18 +51,22 @@ double MeanMicros(const std::function<void()>& fn, int iters) {
 
 int main(int argc, char** argv) {
   CLI::App app{"fused decode kernels, one at a time"};
-  int64_t batch = 1, span = 384, num_layers = 24;
+  int64_t batch = 1, span = 384, num_layers = 0;
   int iters = 200;
-  std::string json_path;
+  std::string json_path, shape = "qwen2.5-0.5b";
+  app.add_option("--shape", shape, "model shape")->check(CLI::IsMember({"qwen2.5-0.5b", "qwen2.5-1.5b"}));
   app.add_option("--batch", batch, "rows (1..8)");
   app.add_option("--span", span, "cached key positions the attention reads");
-  app.add_option("--layers", num_layers, "layers of the persistent kernel's run");
+  app.add_option("--layers", num_layers, "layers of the persistent kernel's run (default: the shape's)");
   app.add_option("--iters", iters, "calls timed per kernel");
   app.add_option("--json", json_path, "write results here");
   app.add_flag("--plain", plain, "run the kernels without timing them (for an external profiler such as ncu)");
   CLI11_PARSE(app, argc, argv);
 
-  const int64_t hidden = 896, mlp = 4864, heads = 14, kv = 2, hd = 64, vocab = 151936;
+  const bool small = shape == "qwen2.5-0.5b";
+  const int64_t hidden = small ? 896 : 1536, mlp = small ? 4864 : 8960, heads = small ? 14 : 12, kv = 2;
+  const int64_t hd = small ? 64 : 128, vocab = 151936;
+  if (num_layers <= 0) num_layers = small ? 24 : 28;
   auto bf16 = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   auto w = [&](int64_t out, int64_t in) { return at::randn({out, in}, bf16) * 0.02; };
   const at::Tensor x = at::randn({batch, hidden}, bf16), xm = at::randn({batch, mlp}, bf16);
@@ -231,8 +237,9 @@ int main(int argc, char** argv) {
                   {"us_per_layer", persistent / num_layers}, {"layer_weight_mb", layer_mb}, {"stages", breakdown}});
   std::printf("%-26s %8.2f MB/layer  %d layers %8.2f us (%6.2f us a layer, %5.2f TB/s)\n", "persistent", layer_mb,
               static_cast<int>(num_layers), persistent, persistent / num_layers,
-              layer_mb * num_layers / persistent / 1e6);
+              layer_mb * num_layers / persistent);
   if (!json_path.empty())
-    std::ofstream(json_path) << nlohmann::json{{"batch", batch}, {"span", span}, {"rows", rows}}.dump(1) << "\n";
+    std::ofstream(json_path) << nlohmann::json{{"shape", shape}, {"batch", batch}, {"span", span}, {"rows", rows}}.dump(1)
+                             << "\n";
   return 0;
 }

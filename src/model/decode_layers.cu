@@ -30,11 +30,13 @@
 // computing warps per SM hide it. With no weight copies at all after the
 // first layer (stale tiles, an experiment) a layer took 18.0 us against 20.7
 // on an H200: the chain of each stage's dependent instructions, two warps a
-// scheduler, is most of a layer. `timeline` (decode_kernels.h) shows where
-// each stage's time goes. Its code (~8k instructions for bf16) does not fit
-// the SM's instruction caches: a layer runs through most of it, and taking
-// out ~600 instructions that were only skipped (the profiling clocks) made
-// it 7.9% faster. So what each stage fetches again is on the critical path:
+// scheduler, is most of a layer. With no waits on other blocks either
+// (scripts/bench/floor) it took 15.2 us against 19.7. `timeline`
+// (decode_kernels.h) shows where each stage's time goes. Its code (~8k
+// instructions for bf16) does not fit the SM's instruction caches: a layer
+// runs through most of it, and taking out ~600 instructions that were only
+// skipped (the profiling clocks) made it 7.9% faster. So what each stage
+// fetches again is on the critical path:
 // code is kept out of the layer loop (the clocks, in a kernel of their own;
 // the biases, loaded once a launch) and shared between stages (LoadInput,
 // TileDots, AddStaged), which made the layers 14% faster (576.3 -> 496.4 us
