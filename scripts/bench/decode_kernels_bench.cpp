@@ -8,10 +8,9 @@
 //   CUDA_AGENT_DECODE_PDL=0 decode_kernels_bench ...   # without programmatic launch
 //   ncu --kernel-name regex:Decode decode_kernels_bench --plain --iters 5
 //
-// Shapes: Qwen2.5-0.5B (hidden 896, MLP 4864, 14 heads of 64, 2 KV heads,
-// vocab 151936, 24 layers) or Qwen2.5-1.5B (hidden 1536, MLP 8960, 12 heads of
-// 128, 2 KV heads, 28 layers), bf16. Each kernel runs --iters times back to back under the
-// profiler; the time is the kernel's mean duration.
+// Shapes (kShapes): Qwen2.5-0.5B or Qwen2.5-1.5B, bf16. Each kernel runs
+// --iters times back to back under the profiler; the time is the kernel's
+// mean duration.
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
@@ -31,6 +30,12 @@ using namespace cuda_agent;
 namespace {
 
 bool plain = false;  // --plain: no profiler of our own (under ncu)
+
+struct Shape {
+  const char* name;
+  int64_t hidden, mlp, heads, kv_heads, head_dim, layers;
+};
+constexpr Shape kShapes[] = {{"qwen2.5-0.5b", 896, 4864, 14, 2, 64, 24}, {"qwen2.5-1.5b", 1536, 8960, 12, 2, 128, 28}};
 
 // Mean GPU microseconds per call of `fn` (all its kernels summed).
 double MeanMicros(const std::function<void()>& fn, int iters) {
@@ -53,8 +58,8 @@ int main(int argc, char** argv) {
   CLI::App app{"fused decode kernels, one at a time"};
   int64_t batch = 1, span = 384, num_layers = 0;
   int iters = 200;
-  std::string json_path, shape = "qwen2.5-0.5b";
-  app.add_option("--shape", shape, "model shape")->check(CLI::IsMember({"qwen2.5-0.5b", "qwen2.5-1.5b"}));
+  std::string json_path, shape = kShapes[0].name;
+  app.add_option("--shape", shape, "model shape")->check(CLI::IsMember({kShapes[0].name, kShapes[1].name}));
   app.add_option("--batch", batch, "rows (1..8)");
   app.add_option("--span", span, "cached key positions the attention reads");
   app.add_option("--layers", num_layers, "layers of the persistent kernel's run (default: the shape's)");
@@ -63,10 +68,9 @@ int main(int argc, char** argv) {
   app.add_flag("--plain", plain, "run the kernels without timing them (for an external profiler such as ncu)");
   CLI11_PARSE(app, argc, argv);
 
-  const bool small = shape == "qwen2.5-0.5b";
-  const int64_t hidden = small ? 896 : 1536, mlp = small ? 4864 : 8960, heads = small ? 14 : 12, kv = 2;
-  const int64_t hd = small ? 64 : 128, vocab = 151936;
-  if (num_layers <= 0) num_layers = small ? 24 : 28;
+  const Shape& m = shape == kShapes[0].name ? kShapes[0] : kShapes[1];
+  const int64_t hidden = m.hidden, mlp = m.mlp, heads = m.heads, kv = m.kv_heads, hd = m.head_dim, vocab = 151936;
+  if (num_layers <= 0) num_layers = m.layers;
   auto bf16 = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   auto w = [&](int64_t out, int64_t in) { return at::randn({out, in}, bf16) * 0.02; };
   const at::Tensor x = at::randn({batch, hidden}, bf16), xm = at::randn({batch, mlp}, bf16);

@@ -36,11 +36,10 @@
 // instructions for bf16) does not fit the SM's instruction caches: a layer
 // runs through most of it, and taking out ~600 instructions that were only
 // skipped (the profiling clocks) made it 7.9% faster. So what each stage
-// fetches again is on the critical path:
-// code is kept out of the layer loop (the clocks, in a kernel of their own;
-// the biases, loaded once a launch) and shared between stages (LoadInput,
-// TileDots, AddStaged), which made the layers 14% faster (576.3 -> 496.4 us
-// a step on an H200).
+// fetches again is on the critical path: code is kept out of the layer loop
+// (the clocks, in a kernel of their own; the biases, loaded once a launch)
+// and shared between stages (LoadInput, TileDots, AddStaged), which made the
+// layers 14% faster (576.3 -> 496.4 us a step on an H200).
 //
 // One file past 500 lines: everything in it is the one kernel's device code
 // (its ring, stages and shared-memory layout), compiled as one unit so that
