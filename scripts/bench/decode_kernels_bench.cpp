@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
               static_cast<int>(num_layers), persistent, persistent / num_layers,
               layer_mb * num_layers / persistent);
   if (!json_path.empty())
-    std::ofstream(json_path) << nlohmann::json{{"shape", shape}, {"batch", batch}, {"span", span}, {"rows", rows}}.dump(1)
-                             << "\n";
+    std::ofstream(json_path)
+        << nlohmann::json{{"shape", shape}, {"batch", batch}, {"span", span}, {"rows", rows}}.dump(1) << "\n";
   return 0;
 }
