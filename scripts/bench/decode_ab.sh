@@ -3,7 +3,7 @@
 # machine: H200s differ from each other by up to ~5% on the same code, so
 # figures from different runs cannot judge a change of a few percent.
 #
-#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test] [--profile]
+#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test] [--profile] [--shape=NAME]
 #
 # Builds decode_kernels_bench and generate_bench from the working tree (A, in
 # build-gpu) and from the tree with each PATCH applied (B, C, ... in
@@ -15,7 +15,8 @@
 # kernel directly and would not see it), end to end only. With --test,
 # each build's generate_gpu_test runs first (a kernel change must pass it);
 # with --profile, each build's batch-1 decode once under the profiler, and
-# where its step's time goes (step_profile.py) into the summary.
+# where its step's time goes (step_profile.py) into the summary; with
+# --shape=qwen2.5-1.5b, the kernel and the generator at that model shape.
 # Prints each figure and each variant's mean against A's into
 # OUT_DIR/summary.txt; the logs and each build's last kernel timeline go
 # into OUT_DIR/logs.tar.gz (one file: the GPU host's tool brings back only
@@ -28,14 +29,15 @@ while [ $# -gt 0 ] && [ -f "$1" ]; do
   shift
 done
 if [ ${#patches[@]} -eq 0 ] || [ $# -eq 0 ]; then
-  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test] [--profile]" >&2
+  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test] [--profile] [--shape=NAME]" >&2
   exit 2
 fi
 out=$1
 shift
-rounds=3 e2e= test= profile=
+rounds=3 e2e= test= profile= shape=qwen2.5-0.5b
 for arg in "$@"; do
   case "$arg" in
+    --shape=*) shape=${arg#--shape=} ;;
     --e2e) e2e=$arg ;;
     --test) test=generate_gpu_test ;;
     --profile) profile=$arg ;;
@@ -71,12 +73,12 @@ for i in "${!pids[@]}"; do
 done
 
 kernel_us() {  # build dir, log: the persistent kernel's mean microseconds
-  CUDA_AGENT_DECODE_PDL=0 "$1/decode_kernels_bench" --batch 1 --json "$2.json" > "$2" 2>&1
+  CUDA_AGENT_DECODE_PDL=0 "$1/decode_kernels_bench" --shape "$shape" --batch 1 --json "$2.json" > "$2" 2>&1
   python3 -c "import json,sys; print(next(r['us'] for r in json.load(open(sys.argv[1]))['rows'] if r['kernel'] == 'persistent'))" "$2.json"
 }
 tokens_per_s() {  # build dir, log
-  python3 scripts/bench/generate.py --build "$1" --batches 1 --without-transformers --decode-kernels persistent \
-    --overlap --out "$2.json" > "$2" 2>&1
+  python3 scripts/bench/generate.py --build "$1" --shape "$shape" --batches 1 --without-transformers \
+    --decode-kernels persistent --overlap --out "$2.json" > "$2" 2>&1
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['rows'][0]['cuda_agent_persistent_tokens_per_s'])" "$2.json"
 }
 summary() {  # what, then each build's figures, "--" between builds
@@ -119,8 +121,8 @@ if [ -n "$test" ]; then
 fi
 if [ -n "$profile" ]; then
   for b in "${builds[@]}"; do
-    if python3 scripts/bench/generate.py --build "$b" --batches 1 --without-transformers --decode-kernels persistent \
-      --overlap --profile --out "$out/profile_$b.json" > "$out/profile_$b.log" 2>&1; then
+    if python3 scripts/bench/generate.py --build "$b" --shape "$shape" --batches 1 --without-transformers \
+      --decode-kernels persistent --overlap --profile --out "$out/profile_$b.json" > "$out/profile_$b.log" 2>&1; then
       python3 scripts/bench/step_profile.py --match persistent "$out/profile_$b.json" | tee -a "$out/summary.txt"
     else
       echo "$b: the profiled run failed: $out/profile_$b.log" | tee -a "$out/summary.txt"
