@@ -85,6 +85,7 @@ struct RingPlan {
   int64_t tile_rows[kStages] = {};
   int64_t pitch[kStages] = {};  // bytes between rows of weights and of inputs (RowPitch)
   int splits[kStages] = {};
+  int copy_ahead = 0;  // bit s: stage s's tiles are worked out before the wait for room (Producer::Run)
 };
 
 // ---- Hopper: bulk copies completing on transaction barriers ----
@@ -411,16 +412,38 @@ struct Producer {
   int stage = 0;
   int64_t issued = 0, consumed = 0;  // tiles
   uint32_t head = 0, tail = 0;       // bytes: ends of the last issued and of the last consumed tile
-  uint64_t policy = EvictFirst();  // of the weight copies
+  uint64_t policy = EvictFirst();    // of the weight copies
 
-  // Issues tiles while the ring has room for the next.
+  // Waits for the computing warps to release the oldest tile in flight.
+  // `ring_full`: block 0's cycles waiting per stage (null: not profiled).
+  __device__ void Reclaim(const Ring& ring, unsigned long long* ring_full) {
+    const int q = static_cast<int>(consumed % kTilesInFlight);
+    const long long start = ring_full ? clock64() : 0;
+    BarrierWait(&ring.freed[q], static_cast<uint32_t>(consumed / kTilesInFlight) & 1);
+    if (ring_full && threadIdx.x % 32 == 0) ring_full[stage] += clock64() - start;
+    tail = ring.end[q];
+    ++consumed;
+  }
+
+  // Copies every layer's tiles, each as soon as the ring has room for it.
+  // A tile of a stage in RingPlan::copy_ahead is worked out whole (its
+  // rows, each lane's source) before the wait for that room, so that a
+  // release is followed by the copies alone; any other tile is worked out
+  // again after the release. Where a block's weights of a layer are several
+  // rings (the Qwen2.5-1.5B shape) the copies follow the releases and that
+  // work is on the critical path; where they are about one ring (0.5B) the
+  // copies issued sooner slow the computing warps' L2 round trips (PlanRing).
   // A tile of the o or the down projection is 2D copies (boxes), dense, at
   // a 128-byte aligned place in the ring: of the o projection one box of
   // tile_rows rows by head_dim columns, of the down projection boxes of
-  // fold_box_rows rows by fold_cols columns.
+  // fold_box_rows rows by fold_cols columns. `ring_full`: block 0's cycles
+  // waiting for room per stage, in shared memory (null: not profiled),
+  // added to the timeline at the end.
   template <typename T>
-  __device__ void Issue(const DecodeLayersArgs& a, const RingPlan& p, const Ring& ring, const FoldMaps& maps) {
-    while (layer < a.num_layers && issued - consumed < kTilesInFlight) {
+  __device__ void Run(const DecodeLayersArgs& a, const RingPlan& p, const FoldMaps& maps, const Ring& ring,
+                      unsigned long long* ring_full) {
+    const int lane = threadIdx.x % 32;
+    while (layer < a.num_layers) {
       int64_t n, j0, j1;
       const DecodeGemvArgs g = StageGemv(a, stage, ring.layers[layer], &n);
       StageRows<T>(a, p, stage, n, &j0, &j1);
@@ -439,10 +462,33 @@ struct Producer {
       const uint32_t size = static_cast<uint32_t>(p.ring_bytes);
       uint32_t start = fold ? (head + 127) / 128 * 128 : head;
       if (start % size + bytes > size) start += size - start % size;
-      if (start + bytes - tail > size) return;  // the oldest tiles are still in use
+      auto full = [&] { return issued - consumed == kTilesInFlight || start + bytes - tail > size; };
+      if (full() && !(p.copy_ahead >> stage & 1)) {
+        Reclaim(ring, ring_full);
+        continue;
+      }
+      // This lane's first row (or the tile's boxes' first column).
+      const CUtensorMap* map = nullptr;
+      int64_t col = 0;
+      const T* from = nullptr;
+      if (fold) {
+        int64_t c1;
+        if (stage == kStageOut) {
+          int out_head;
+          OutUnit(a, p, &out_head, &col, &c1);
+          col = out_head * a.head_dim;
+        } else {
+          GateUpRows<T>(a, &col, &c1);
+        }
+        map = stage == kStageOut ? &maps.out[layer] : &maps.down[layer];
+      } else if (lane < count) {
+        const T* bias;
+        from = g.swiglu ? WeightRow<T, true>(g, row + lane % rows, lane / rows, &bias)
+                        : WeightRow<T, false>(g, row + lane, 0, &bias);
+      }
+      while (full()) Reclaim(ring, ring_full);
       const int q = static_cast<int>(issued % kTilesInFlight);
       unsigned char* dst = ring.data + start % size;
-      const int lane = threadIdx.x % 32;
       if (lane == 0) {
         ring.offset[q] = static_cast<int>(start % size);
         BarrierExpectBytes(&ring.done[q], fold ? bytes : static_cast<uint32_t>(count * row_bytes));
@@ -451,49 +497,23 @@ struct Producer {
       __syncwarp();
       AsyncProxyFence();
       if (fold) {
-        int64_t c0, c1;  // the box's first column
-        if (stage == kStageOut) {
-          int out_head;
-          OutUnit(a, p, &out_head, &c0, &c1);
-          c0 = out_head * a.head_dim;
-        } else {
-          GateUpRows<T>(a, &c0, &c1);
-        }
-        const CUtensorMap* map = stage == kStageOut ? &maps.out[layer] : &maps.down[layer];
         for (int box = lane; box < boxes; box += 32)
-          TensorCopy(dst + box * box_rows * p.pitch[stage], map, static_cast<int>(c0),
+          TensorCopy(dst + box * box_rows * p.pitch[stage], map, static_cast<int>(col),
                      static_cast<int>(row + box * box_rows), &ring.done[q], policy);
       } else {
-        for (int i = lane; i < count; i += 32) {  // a row each, RowPitch apart
+        if (lane < count) BulkCopy(dst + lane * p.pitch[stage], from, row_bytes, &ring.done[q], policy);
+        for (int i = lane + 32; i < count; i += 32) {  // a row each, RowPitch apart
           const T* bias;
-          const T* from = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
-                                   : WeightRow<T, false>(g, row + i, 0, &bias);
-          BulkCopy(dst + i * p.pitch[stage], from, row_bytes, &ring.done[q], policy);
+          const T* other = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
+                                    : WeightRow<T, false>(g, row + i, 0, &bias);
+          BulkCopy(dst + i * p.pitch[stage], other, row_bytes, &ring.done[q], policy);
         }
       }
       head = start + bytes;
       ++issued;
       row += rows;
     }
-  }
-
-  // Copies every layer's tiles, waiting for the computing warps to release
-  // the oldest whenever the ring is full.
-  // `ring_full`: block 0's cycles waiting for room per stage, in shared
-  // memory (null: not profiled), added to the timeline at the end.
-  template <typename T>
-  __device__ void Run(const DecodeLayersArgs& a, const RingPlan& p, const FoldMaps& maps, const Ring& ring,
-                      unsigned long long* ring_full) {
-    for (;;) {
-      Issue<T>(a, p, ring, maps);
-      if (layer >= a.num_layers) break;  // all issued; the copies complete on their own
-      const int q = static_cast<int>(consumed % kTilesInFlight);
-      const long long start = ring_full ? clock64() : 0;
-      BarrierWait(&ring.freed[q], static_cast<uint32_t>(consumed / kTilesInFlight) & 1);
-      if (ring_full && threadIdx.x % 32 == 0) ring_full[stage] += clock64() - start;
-      tail = ring.end[q];
-      ++consumed;
-    }
+    // All issued; the copies complete on their own.
     if (ring_full && threadIdx.x % 32 == 0)
       for (int s = 0; s < kStages; ++s) a.timeline[23 + 10 * a.num_layers + s] = ring_full[s];
   }
@@ -1306,7 +1326,8 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
 
 // The launch's shared memory: the stage inputs (or the attention's work
 // space), the stage sums, and a ring of what is left, whose tiles are at
-// most a third of it so that several are in flight (smaller tiles leave
+// most a third of it (half where the weights stream, below) so that several
+// are in flight (smaller tiles leave
 // warps without rows: an eighth was slower; a quarter, 4 gate/up tiles of
 // 10 rows at Qwen2.5-0.5B's shape, was 3.6% slower on an H200), except that
 // a stage whose rows of a block fit in half of it is one tile: the tensor
@@ -1348,11 +1369,23 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   const int M[kStages] = {1, 1, 2, 1};
   // The sums take room from the ring, and a smaller ring can ask for more
   // sums (smaller tiles, more parts of k): a few rounds settle it.
+  // A block's weights of a layer.
+  const int64_t block_bytes =
+      elem * a.hidden * ((a.heads + 2 * a.kv_heads) * a.head_dim + a.heads * a.head_dim + 3 * a.mlp) / grid;
   plan->red_floats = 0;
   for (int round = 0;; ++round) {
     plan->ring_bytes = (room - fixed - plan->red_floats * 4 - 1024) / 128 * 128;
     if (plan->ring_bytes < 32 * 1024 || round == 4) return false;
-    const int64_t tile_cap = plan->ring_bytes / 3;
+    // Where a block's weights of a layer are two rings or more, the copies
+    // follow the releases (the weights stream): copying ahead, and tiles of
+    // at most half the ring (fewer tiles, each with more rows for the tensor
+    // cores). On an H200 at the Qwen2.5-1.5B shape (709 KB against a 202 KB
+    // ring) the kernel took 1192.3 us copying ahead and 1125.6 with both,
+    // against 1326.8; at the 0.5B shape (226 KB against 200 KB) copying
+    // ahead was 6.6% slower.
+    const bool streams = block_bytes >= 2 * plan->ring_bytes;
+    plan->copy_ahead = streams ? (1 << kStages) - 1 : 0;
+    const int64_t tile_cap = plan->ring_bytes / (streams ? 2 : 3);
     int64_t red = 0;
     for (int s = 0; s < kStages; ++s) {
       if (s == kStageOut) {  // FoldOut's: tiles of one 2D copy, of at most 256 rows by head_dim columns
