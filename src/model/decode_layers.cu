@@ -85,7 +85,7 @@ struct RingPlan {
   int64_t tile_rows[kStages] = {};
   int64_t pitch[kStages] = {};  // bytes between rows of weights and of inputs (RowPitch)
   int splits[kStages] = {};
-  int copy_ahead = 0;  // bit s: stage s's tiles are worked out before the wait for room (Producer::Run)
+  bool copy_ahead = false;  // tiles worked out before the wait for room (Producer::Run)
 };
 
 // ---- Hopper: bulk copies completing on transaction barriers ----
@@ -426,10 +426,10 @@ struct Producer {
   }
 
   // Copies every layer's tiles, each as soon as the ring has room for it.
-  // A tile of a stage in RingPlan::copy_ahead is worked out whole (its
-  // rows, each lane's source) before the wait for that room, so that a
-  // release is followed by the copies alone; any other tile is worked out
-  // again after the release. Where a block's weights of a layer are several
+  // With RingPlan::copy_ahead a tile is worked out whole (its rows, each
+  // lane's source) before the wait for that room, so that a release is
+  // followed by the copies alone; without, it is worked out again after the
+  // release. Where a block's weights of a layer are several
   // rings (the Qwen2.5-1.5B shape) the copies follow the releases and that
   // work is on the critical path; where they are about one ring (0.5B) the
   // copies issued sooner slow the computing warps' L2 round trips (PlanRing).
@@ -463,10 +463,15 @@ struct Producer {
       uint32_t start = fold ? (head + 127) / 128 * 128 : head;
       if (start % size + bytes > size) start += size - start % size;
       auto full = [&] { return issued - consumed == kTilesInFlight || start + bytes - tail > size; };
-      if (full() && !(p.copy_ahead >> stage & 1)) {
+      if (full() && !p.copy_ahead) {
         Reclaim(ring, ring_full);
         continue;
       }
+      auto source = [&](int i) {  // row i of the tile: gate rows, then the same rows of up
+        const T* bias;
+        return g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
+                        : WeightRow<T, false>(g, row + i, 0, &bias);
+      };
       // This lane's first row (or the tile's boxes' first column).
       const CUtensorMap* map = nullptr;
       int64_t col = 0;
@@ -482,9 +487,7 @@ struct Producer {
         }
         map = stage == kStageOut ? &maps.out[layer] : &maps.down[layer];
       } else if (lane < count) {
-        const T* bias;
-        from = g.swiglu ? WeightRow<T, true>(g, row + lane % rows, lane / rows, &bias)
-                        : WeightRow<T, false>(g, row + lane, 0, &bias);
+        from = source(lane);
       }
       while (full()) Reclaim(ring, ring_full);
       const int q = static_cast<int>(issued % kTilesInFlight);
@@ -502,12 +505,8 @@ struct Producer {
                      static_cast<int>(row + box * box_rows), &ring.done[q], policy);
       } else {
         if (lane < count) BulkCopy(dst + lane * p.pitch[stage], from, row_bytes, &ring.done[q], policy);
-        for (int i = lane + 32; i < count; i += 32) {  // a row each, RowPitch apart
-          const T* bias;
-          const T* other = g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
-                                    : WeightRow<T, false>(g, row + i, 0, &bias);
-          BulkCopy(dst + i * p.pitch[stage], other, row_bytes, &ring.done[q], policy);
-        }
+        for (int i = lane + 32; i < count; i += 32)  // a row each, RowPitch apart
+          BulkCopy(dst + i * p.pitch[stage], source(i), row_bytes, &ring.done[q], policy);
       }
       head = start + bytes;
       ++issued;
@@ -1326,10 +1325,10 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
 
 // The launch's shared memory: the stage inputs (or the attention's work
 // space), the stage sums, and a ring of what is left, whose tiles are at
-// most a third of it (half where the weights stream, below) so that several
-// are in flight (smaller tiles leave
-// warps without rows: an eighth was slower; a quarter, 4 gate/up tiles of
-// 10 rows at Qwen2.5-0.5B's shape, was 3.6% slower on an H200), except that
+// most a third of it (half where the weights stream, below) so that
+// several are in flight (smaller tiles leave warps without rows: an eighth
+// was slower; a quarter, 4 gate/up tiles of 10 rows at Qwen2.5-0.5B's
+// shape, was 3.6% slower on an H200), except that
 // a stage whose rows of a block fit in half of it is one tile: the tensor
 // cores take 16 rows at a time, and two tiles of a few rows each would take
 // two passes over k (q/k/v's 9 rows a block). False where a tile of one
@@ -1367,11 +1366,11 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   const int64_t n[kStages] = {(a.heads + 2 * a.kv_heads) * a.head_dim, a.hidden, a.mlp, a.hidden};
   const int64_t k[kStages] = {a.hidden, a.head_dim, a.hidden, a.mlp};
   const int M[kStages] = {1, 1, 2, 1};
-  // The sums take room from the ring, and a smaller ring can ask for more
-  // sums (smaller tiles, more parts of k): a few rounds settle it.
   // A block's weights of a layer.
   const int64_t block_bytes =
       elem * a.hidden * ((a.heads + 2 * a.kv_heads) * a.head_dim + a.heads * a.head_dim + 3 * a.mlp) / grid;
+  // The sums take room from the ring, and a smaller ring can ask for more
+  // sums (smaller tiles, more parts of k): a few rounds settle it.
   plan->red_floats = 0;
   for (int round = 0;; ++round) {
     plan->ring_bytes = (room - fixed - plan->red_floats * 4 - 1024) / 128 * 128;
@@ -1383,9 +1382,8 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
     // ring) the kernel took 1192.3 us copying ahead and 1125.6 with both,
     // against 1326.8; at the 0.5B shape (226 KB against 200 KB) copying
     // ahead was 6.6% slower.
-    const bool streams = block_bytes >= 2 * plan->ring_bytes;
-    plan->copy_ahead = streams ? (1 << kStages) - 1 : 0;
-    const int64_t tile_cap = plan->ring_bytes / (streams ? 2 : 3);
+    plan->copy_ahead = block_bytes >= 2 * plan->ring_bytes;
+    const int64_t tile_cap = plan->ring_bytes / (plan->copy_ahead ? 2 : 3);
     int64_t red = 0;
     for (int s = 0; s < kStages; ++s) {
       if (s == kStageOut) {  // FoldOut's: tiles of one 2D copy, of at most 256 rows by head_dim columns
