@@ -1,11 +1,13 @@
-// CHECK(call) for the CUDA-only benchmarks (sync_latency_bench,
-// icache_bench): a failed CUDA runtime call prints where and why, and exits.
+// What the CUDA-only benchmarks (sync_latency_bench, l2_fanout_bench,
+// icache_bench) share: CHECK(call), with which a failed CUDA runtime call
+// prints where and why, and exits; IterationsFlag, their one flag.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #define CHECK(call)                                                                              \
   do {                                                                                           \
@@ -15,3 +17,15 @@
       std::exit(1);                                                                              \
     }                                                                                            \
   } while (0)
+
+// The command line's `--iters N` (N >= 1), or `fallback` without it; any
+// other argument, or a bad N, prints the usage and exits with 2.
+inline int IterationsFlag(int argc, char** argv, int fallback) {
+  int iters = fallback;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc && (iters = std::atoi(argv[++i])) >= 1) continue;
+    std::fprintf(stderr, "usage: %s [--iters N], N at least 1\n", argv[0]);
+    std::exit(2);
+  }
+  return iters;
+}

@@ -20,8 +20,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "cuda_check.h"
@@ -105,19 +103,7 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 50;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-      iters = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--iters N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (iters < 1) {
-    std::fprintf(stderr, "--iters must be at least 1, not %d\n", iters);
-    return 2;
-  }
+  const int iters = IterationsFlag(argc, argv, 50);
   int device = 0, sms = 0;
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -165,8 +151,8 @@ int main(int argc, char** argv) {
             slowest.push_back(worst);
             span.push_back((last - first) * 1e-3);
           }
-          char how[32];
-          std::snprintf(how, sizeof(how), bulk ? "%d bulk" : "loads", copies);
+          char how[32] = "loads";
+          if (bulk) std::snprintf(how, sizeof(how), "%d bulk", copies);
           std::printf("%6s %8lld %7d %12s %12.3f %14.3f %10.3f\n", dram ? "DRAM" : "L2", static_cast<long long>(kb),
                       blocks, how, Median(each), Median(slowest), Median(span));
         }

@@ -19,8 +19,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda_check.h"
 
@@ -184,15 +182,7 @@ double MicrosPerRound(int rounds, Launch&& launch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 10000;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-      rounds = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--iters N]\n", argv[0]);
-      return 2;
-    }
-  }
+  const int rounds = IterationsFlag(argc, argv, 10000);
   int device = 0, sms = 0, optin = 0;
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
