@@ -16,8 +16,10 @@
 // chunk and a warp per query head. Neither the o nor the down projection
 // has a stage of its own. The o projection is linear in each head's output:
 // blocks that merge a query head's chunks once all are written multiply it
-// by that head's columns of the o weights (FoldOut). Each block multiplies
-// its gate/up outputs by the same columns of the down weights (FoldDown).
+// by that head's columns of the o weights (FoldOut); at batch 1 with heads
+// of 64 those blocks take their head's attention over all keys themselves
+// (AttendHead). Each block multiplies its gate/up outputs by the same
+// columns of the down weights (FoldDown).
 // Both add their partial sums into an fp32 copy of the residual stream, so
 // a layer has two grid barriers, after the o and the down projections. The
 // q/k/v outputs and the attention's partials pass on as values tagged with
@@ -50,6 +52,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "decode_common.cuh"
 
@@ -780,6 +783,209 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
   clock.Lap(2);
 }
 
+// ---- The attention of one query head over all its keys, in the block ----
+//
+// At batch 1 each block that multiplies a query head by its columns of the
+// o weights (FoldOut) takes that head's attention itself, over every key,
+// so that no other block's partial softmaxes stand between the q/k/v
+// outputs and the o projection. The 9 blocks of a head (14 heads at
+// Qwen2.5-0.5B's shape) each read the key head's cached keys and values;
+// from L2 that costs about what one block's read does (l2_fanout_bench: 96
+// KB into each of 132 blocks at once, 1.02 us a block against 0.90 for one
+// alone). kAttendLanes lanes take a key, its elements in as many parts (its
+// score: a few shuffles), a warp 32 / kAttendLanes keys a round; the loads
+// of R rounds (kAttendPacks 16-byte loads a lane) are in flight together,
+// the first R before the wait for the new token's q/k/v. Each lane keeps a
+// running softmax of its keys; the warps' are merged with the new token's
+// key in shared memory. On an H200 (decode_ab.sh, 384 keys) the kernel took
+// 448.6 us against 478.5 with the chunks split over blocks and merged, 452.1
+// with 4 lanes a key, 465.8 with 4 lanes, two rounds and loads under
+// branches instead of predicates.
+constexpr int kFusedAttentionRows = 1;  // the largest batch that takes it
+constexpr int kAttendLanes = 8;         // lanes a key
+constexpr int kAttendPacks = 16;        // 16-byte loads of keys and values a lane has in flight: 64 registers
+
+// The o projection's blocks take the attention themselves at batch 1 with
+// heads of up to 64 elements. With heads of 128 (Qwen2.5-1.5B's shape:
+// twice the bytes a key) the kernel took 1160.8 us against 1130.8 with the
+// chunks.
+constexpr int kAttendMaxHeadDim = 64;
+
+// Shared memory of AttendHead after the batch's outputs: the query, the new
+// key and value, and each warp's maximum, sum and outputs.
+template <int HD>
+constexpr int kAttendHeadFloats = 3 * HD + kWarps * (HD + 2);
+static_assert(kFusedAttentionRows * 64 + kAttendHeadFloats<64> <= kAttendFloats<64>,
+              "FoldOut's outputs and AttendHead's work space in the stage input's room");
+
+// 16 bytes at p where `pred`, zeros elsewhere: a predicated load, with no
+// branch, so that a round of them is in flight together.
+__device__ inline uint4 LoadIf(const void* p, bool pred) {
+  uint4 v{0, 0, 0, 0};
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n @q ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
+}
+
+// Element e of 16 bytes of T as float (e a constant once unrolled).
+template <typename T>
+__device__ inline float PackElement(const uint4& p, int e) {
+  const uint32_t w = (&p.x)[e * sizeof(T) / 4];
+  if constexpr (sizeof(T) == 4) return __uint_as_float(w);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(e % 2 ? w & 0xffff0000u : w << 16);
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(e % 2 ? w >> 16 : w & 0xffffu)));
+}
+
+// Head `head` of row b (of `positions`, in shared memory) in `layer`: its
+// attention output into out (HD floats, rounded to T as the o projection's
+// input is). write_cache: this block stores the new key and value into the
+// cache (one block a key head). `scratch`: kAttendHeadFloats<HD> floats.
+template <typename T, int HD>
+__device__ void AttendHead(const DecodeLayersArgs& a, const DecodeLayer& layer, const int64_t* positions, int64_t b,
+                           int head, bool write_cache, uint32_t tag, float* out, float* scratch) {
+  constexpr int L = kAttendLanes, Q = HD / L, V = 16 / sizeof(T), PK = Q / V, N = HD / 32;  // a lane's elements
+  constexpr int R = 2 * PK >= kAttendPacks ? 1 : kAttendPacks / (2 * PK);  // rounds whose loads are in flight
+  constexpr int kRoundKeys = kWarps * 32 / L;
+  const int group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = lane % L;
+  const int64_t pos = positions[b], cached = min(pos, a.span);  // keys [0, cached) from the cache
+  const int64_t stride = a.kv_heads * HD, first = warp * (32 / L) + lane / L;
+  const T* kc = static_cast<const T*>(layer.k_cache) + (b * a.max_len * a.kv_heads + g) * HD + c * Q;
+  const T* vc = static_cast<const T*>(layer.v_cache) + (b * a.max_len * a.kv_heads + g) * HD + c * Q;
+  float* query = scratch;
+  float* key = query + HD;
+  float* value = key + HD;
+  float* part = value + HD;  // [kWarps][HD + 2]: maximum, sum, outputs
+  // Raw words (PackElement): a Pack of 16-bit values would take a register
+  // an element.
+  uint4 kp[R][PK], vp[R][PK];
+  auto load = [&](int64_t r0) {
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      const int64_t t = (r0 + u) * kRoundKeys + first;
+#pragma unroll
+      for (int i = 0; i < PK; ++i) {
+        kp[u][i] = LoadIf(kc + t * stride + i * V, t < cached);
+        vp[u][i] = LoadIf(vc + t * stride + i * V, t < cached);
+      }
+    }
+  };
+  load(0);
+  // The new token's query (warp 0) and key and value (warp 1) as the q/k/v
+  // stage's outputs arrive (Tagged), normed and rotated.
+  if (warp < 2) {
+    const uint64_t* row = static_cast<const uint64_t*>(a.qkv) + b * (a.heads + 2 * a.kv_heads) * HD + lane;
+    const uint64_t* src = row + (warp == 0 ? head : a.heads + g) * HD;
+    const uint64_t* vsrc = row + (a.heads + a.kv_heads + g) * HD;
+    uint64_t ex[N], ev[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) ex[i] = LoadTagged(src + 32 * i), ev[i] = warp == 1 ? LoadTagged(vsrc + 32 * i) : 0;
+    float x[N], v[N], w[N], freq[N / 2];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (i < N / 2) freq[i] = a.inv_freq[lane + 32 * i];
+      const void* norm = warp == 0 ? layer.q_norm : layer.k_norm;
+      w[i] = norm ? ToFloat(static_cast<const T*>(norm)[lane + 32 * i]) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      while (!HasTag(ex[i], tag)) ex[i] = LoadTagged(src + 32 * i);
+      while (warp == 1 && !HasTag(ev[i], tag)) ev[i] = LoadTagged(vsrc + 32 * i);
+      x[i] = TaggedValue(ex[i]), v[i] = TaggedValue(ev[i]);
+    }
+    PrepareHead<HD>(x, layer.q_norm != nullptr, w, freq, a.eps, pos);
+    T* kn = static_cast<T*>(layer.k_cache) + ((b * a.max_len + pos) * a.kv_heads + g) * HD;
+    T* vn = static_cast<T*>(layer.v_cache) + ((b * a.max_len + pos) * a.kv_heads + g) * HD;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int d = lane + 32 * i;
+      if (warp == 0) {
+        query[d] = x[i];
+        continue;
+      }
+      const T k_t = FromFloat<T>(x[i]), v_t = FromFloat<T>(v[i]);  // as the cache holds them
+      key[d] = ToFloat(k_t), value[d] = ToFloat(v_t);
+      if (write_cache) kn[d] = k_t, vn[d] = v_t;
+    }
+  }
+  SyncAttentionThreads();
+  const float* q = query + c * Q;  // read at each use: registers for the keys in flight
+  float m = -INFINITY, s = 0, o[Q] = {};
+  for (int64_t r0 = 0; r0 * kRoundKeys < cached; r0 += R) {
+    if (r0 > 0) load(r0);
+    float score[R], top = m;
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      float dot = 0;
+#pragma unroll
+      for (int i = 0; i < PK; ++i)
+#pragma unroll
+        for (int e = 0; e < V; ++e) dot = fmaf(q[i * V + e], PackElement<T>(kp[u][i], e), dot);
+#pragma unroll
+      for (int offset = 1; offset < L; offset *= 2) dot += __shfl_xor_sync(0xffffffff, dot, offset);
+      score[u] = (r0 + u) * kRoundKeys + first < cached ? dot * a.scale : -INFINITY;
+      top = fmaxf(top, score[u]);
+    }
+    if (top == -INFINITY) continue;  // none of this lane's keys yet
+    const float f = expf(m - top);   // 0 where m is -inf
+    s *= f;
+#pragma unroll
+    for (int i = 0; i < Q; ++i) o[i] *= f;
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      const float p = expf(score[u] - top);  // 0 past the keys
+      s += p;
+#pragma unroll
+      for (int i = 0; i < PK; ++i)
+#pragma unroll
+        for (int e = 0; e < V; ++e) o[i * V + e] = fmaf(p, PackElement<T>(vp[u][i], e), o[i * V + e]);
+    }
+    m = top;
+  }
+  // The warp's keys at a time into lanes 0 .. L - 1.
+#pragma unroll
+  for (int offset = L; offset < 32; offset *= 2) {
+    const float m2 = __shfl_xor_sync(0xffffffff, m, offset), s2 = __shfl_xor_sync(0xffffffff, s, offset);
+    const float top = fmaxf(m, m2), f = s > 0 ? expf(m - top) : 0.f, f2 = s2 > 0 ? expf(m2 - top) : 0.f;
+    s = s * f + s2 * f2;
+#pragma unroll
+    for (int i = 0; i < Q; ++i) o[i] = o[i] * f + __shfl_xor_sync(0xffffffff, o[i], offset) * f2;
+    m = top;
+  }
+  float* mine = part + warp * (HD + 2);
+  if (lane < L) {
+    if (lane == 0) mine[0] = m, mine[1] = s;
+#pragma unroll
+    for (int i = 0; i < Q; ++i) mine[2 + c * Q + i] = o[i];
+  }
+  SyncAttentionThreads();
+  if (warp != 0) return;
+  // Warp 0: the warps' softmaxes and the new key's, lane l holding
+  // elements l + 32 i.
+  float qk = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) qk += query[lane + 32 * i] * key[lane + 32 * i];
+  const bool fresh = pos < a.span;  // the new key is one of the span's
+  const float fresh_score = WarpSum(qk) * a.scale;
+  float top = fresh ? fresh_score : -INFINITY;
+  for (int w = 0; w < kWarps; ++w)
+    if (part[w * (HD + 2) + 1] > 0) top = fmaxf(top, part[w * (HD + 2)]);
+  float total = fresh ? expf(fresh_score - top) : 0.f, acc[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] = total * value[lane + 32 * i];
+  for (int w = 0; w < kWarps; ++w) {
+    const float* pw = part + w * (HD + 2);
+    const float f = pw[1] > 0 ? expf(pw[0] - top) : 0.f;
+    total += pw[1] * f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] += pw[2 + lane + 32 * i] * f;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[lane + 32 * i] = total > 0 ? ToFloat(FromFloat<T>(acc[i] / total)) : 0.f;
+}
+
 // A tile's work comes in units, a warp each, over one part of k: with fp32
 // weights kUnitDots (row, matrix) dot products, kUnitDots / M rows; with 16-bit
 // weights 16 rows (of the tile's M * rows) on the tensor cores. Splits: how
@@ -1136,15 +1342,17 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l
 
 // The o projection of layer l, folded into the attention: the block of an
 // OutUnit merges its query head's chunks (each batch row's) as their tagged
-// partials arrive (MergeTagged) and multiplies
-// it by the head's columns of the o weights for the unit's output rows, a
+// partials arrive (MergeTagged), or at batch 1 takes the head's attention
+// itself (AttendHead; `positions`: the rows', in shared memory), and
+// multiplies it by the head's columns of the o weights for the unit's output rows, a
 // tile at a time as it lands, a thread per (row, batch row); the products,
 // staged in c.red, are added into the residual stream's fp32 copy after the
 // attention (a.attn_sum, which the q/k/v stage started) four at a time by
 // vector reductions. So the o projection needs no grid barrier, and the
 // attention's merge is no grid-wide step of its own.
 template <typename T, int HD>
-__device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, int64_t l, int64_t chunks, Consumer& c) {
+__device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int64_t* positions, int64_t l,
+                        int64_t chunks, Consumer& c) {
   constexpr int V = 16 / sizeof(T), P = HD / V;  // packs of a row
   int head;
   int64_t r0, r1;
@@ -1153,13 +1361,21 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, int64_t l,
   clock.Start();
   const int batch = static_cast<int>(a.batch), group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
   float* attn = c.xs;  // [batch, HD], rounded to T as the o projection's input is
-  for (int i = threadIdx.x; i < batch * HD / 4; i += kThreads) {
-    const int b = i / (HD / 4), d = i % (HD / 4) * 4;
-    float o[4];
-    MergeTagged<HD, kMergeChunks>(a.partial + (b * a.kv_heads + g) * chunks * kDecodeMaxGroup * (HD + 2), chunks,
-                                  head % group, d, static_cast<uint32_t>(l + 1), o);
+  if (HD <= kAttendMaxHeadDim && batch <= kFusedAttentionRows) {
+    for (int b = 0; b < batch; ++b) {
+      if (b > 0) SyncAttentionThreads();  // AttendHead's work space is free
+      AttendHead<T, HD>(a, c.ring.layers[l], positions, b, head, head % group == 0 && r0 == 0,
+                        static_cast<uint32_t>(l + 1), attn + b * HD, attn + batch * HD);
+    }
+  } else {
+    for (int i = threadIdx.x; i < batch * HD / 4; i += kThreads) {
+      const int b = i / (HD / 4), d = i % (HD / 4) * 4;
+      float o[4];
+      MergeTagged<HD, kMergeChunks>(a.partial + (b * a.kv_heads + g) * chunks * kDecodeMaxGroup * (HD + 2), chunks,
+                                    head % group, d, static_cast<uint32_t>(l + 1), o);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) attn[b * HD + d + e] = ToFloat(FromFloat<T>(o[e]));
+      for (int e = 0; e < 4; ++e) attn[b * HD + d + e] = ToFloat(FromFloat<T>(o[e]));
+    }
   }
   SyncAttentionThreads();
   clock.Lap(0);
@@ -1281,7 +1497,6 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     Mark(timeline, a.num_layers, 2 + (l * 5 + s) * 2, l + 1 == a.num_layers && s == 4 ? 1 : -1);
   };
   for (int64_t l = 0; l < a.num_layers; ++l) {
-    const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
     GemvStage<T, false>(a, p, kStageQkv, l, c);
     barrier(l, 0, false);  // the attention waits for the q/k/v outputs it reads, no more
     // FoldDown's sums start from the down projection's bias, a share a block
@@ -1294,7 +1509,9 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < a.batch * a.hidden; i += gridDim.x * kThreads)
         h_sum[i] = bias ? ToFloat(bias[i % a.hidden]) : 0.f, attn_sum[i] = 0.f;
     }
-    for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
+    const bool chunked = HD > kAttendMaxHeadDim || a.batch > kFusedAttentionRows;  // else FoldOut attends
+    for (int64_t i = chunked ? blockIdx.x : items; i < items; i += gridDim.x) {
+      const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
       PhaseClock clock = StageClock(c.profile, 1);
       clock.Start();
       const int64_t b = i / chunks / a.kv_heads, g = i / chunks % a.kv_heads;
@@ -1303,7 +1520,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       clock.Lap(3);
     }
     barrier(l, 1, false);
-    FoldOut<T, HD>(a, p, l, chunks, c);
+    FoldOut<T, HD>(a, p, positions, l, chunks, c);
     barrier(l, 2, true);
     GemvStage<T, true>(a, p, kStageGateUp, l, c);
     barrier(l, 3, false);

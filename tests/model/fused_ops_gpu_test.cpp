@@ -311,8 +311,9 @@ TEST(FusedOpsGpuTest, DecodeHeadMatchesTheNormAndProductInFp64) {
 }
 
 // One decode step of a few rows at different positions over a span shorter
-// than the cache, after a prompt of `prompt` tokens in every row; the last
-// row idle at the cache's last position (its logits not compared).
+// than the cache, after a prompt of `prompt` tokens in every row; of
+// several rows the last idle at the cache's last position (its logits not
+// compared).
 struct DecodeCase {
   int64_t max_len, span, prompt;
   std::vector<int64_t> positions;
@@ -323,7 +324,7 @@ struct DecodeCase {
 void ExpectFusedDecodeEqualsAten(const std::string& name, at::ScalarType dtype, const nlohmann::json& cfg,
                                  const DecodeCase& dc) {
   const DecodeKernels kernels = ParseDecodeKernels(name).value();
-  const int64_t rows = static_cast<int64_t>(dc.positions.size()), active = rows - 1;
+  const int64_t rows = static_cast<int64_t>(dc.positions.size()), active = rows > 1 ? rows - 1 : 1;
   std::string what = name + " " + cfg["model_type"].get<std::string>() + " " + c10::toString(dtype) +
                      " rows " + std::to_string(rows);
   ModelConfig config = ParseModelConfig(cfg, what).value();
@@ -378,11 +379,17 @@ void ExpectFusedDecodeEqualsAten(const std::string& name, at::ScalarType dtype, 
 // write equal the ATen step's, in fp32 and bf16: three rows (the first past
 // the 64-key chunk the attention splits at), and eight over 640 keys (the
 // persistent kernel's 20 chunks of 32 keys: its merge takes them in two
-// rounds of 16, and each of its o-projection blocks folds every row).
+// rounds of 16, and each of its o-projection blocks folds every row); one
+// row (with heads of 64, the persistent kernel's o-projection blocks take
+// its attention over every key themselves) at 600 of 640 keys, at the
+// span's last key, and at its first.
 TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
   const std::vector<DecodeCase> cases = {{256, 128, 40, {90, 17, 255}},
-                                         {704, 640, 601, {600, 17, 333, 599, 64, 1, 520, 703}}};
+                                         {704, 640, 601, {600, 17, 333, 599, 64, 1, 520, 703}},
+                                         {704, 640, 601, {600}},
+                                         {256, 128, 100, {127}},
+                                         {256, 128, 1, {0}}};
   for (const std::string& name : kFusedDecodes)
     for (auto dtype : {at::kFloat, at::kBFloat16})
       for (const auto& cfg : FusedDecodeShapes())
