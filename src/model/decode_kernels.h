@@ -118,7 +118,8 @@ struct DecodeLayersArgs {
   // stream in fp32, two copies of [batch, hidden] each: attn_sum after the
   // attention (to which the o projection is added), h_sum after the MLP (to
   // which the down projection is added); partial as for DecodeAttention,
-  // over DecodeLayersAttentionChunks(span, head_dim) chunks. qkv and partial
+  // over DecodeLayersAttentionChunks(batch, span, head_dim) chunks (none
+  // where the o projection's blocks take the attention themselves). qkv and partial
   // hold each value in 64 bits with the layer's tag (16-byte aligned); they,
   // attn_sum's first copy and barrier (one count) are zeros before the launch.
   uint64_t* qkv = nullptr;
@@ -149,7 +150,7 @@ constexpr int64_t DecodeTimelineSize(int64_t layers, int64_t blocks) { return 27
 // in shared memory next to the attention's work space for `span` keys).
 bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
                      int64_t heads, int64_t kv_heads, int64_t head_dim);
-int64_t DecodeLayersAttentionChunks(int64_t span, int64_t head_dim);
+int64_t DecodeLayersAttentionChunks(int64_t batch, int64_t span, int64_t head_dim);
 // The persistent kernel's blocks: one per SM of the current device.
 int64_t DecodeLayersBlocks();
 int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream);

@@ -805,11 +805,14 @@ constexpr int kFusedAttentionRows = 1;  // the largest batch that takes it
 constexpr int kAttendLanes = 8;         // lanes a key
 constexpr int kAttendPacks = 16;        // 16-byte loads of keys and values a lane has in flight: 64 registers
 
-// The o projection's blocks take the attention themselves at batch 1 with
-// heads of up to 64 elements. With heads of 128 (Qwen2.5-1.5B's shape:
-// twice the bytes a key) the kernel took 1160.8 us against 1130.8 with the
-// chunks.
-constexpr int kAttendMaxHeadDim = 64;
+// Whether the o projection's blocks take the attention themselves: at
+// batch 1 with heads of up to 64 elements. With heads of 128 (Qwen2.5-1.5B's
+// shape: twice the bytes a key) the kernel took 1160.8 us against 1130.8
+// with the chunks. The host sizes the chunks' partials by it
+// (DecodeLayersAttentionChunks).
+__host__ __device__ constexpr bool AttendsInFold(int64_t batch, int64_t head_dim) {
+  return head_dim <= 64 && batch <= kFusedAttentionRows;
+}
 
 // Shared memory of AttendHead after the batch's outputs: the query, the new
 // key and value, and each warp's maximum, sum and outputs.
@@ -1361,7 +1364,9 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
   clock.Start();
   const int batch = static_cast<int>(a.batch), group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
   float* attn = c.xs;  // [batch, HD], rounded to T as the o projection's input is
-  if (HD <= kAttendMaxHeadDim && batch <= kFusedAttentionRows) {
+  // AttendsInFold(batch, HD), written out: calling it here made the
+  // kernel's code 520 instructions longer (nvcc 13.0).
+  if (HD <= 64 && batch <= kFusedAttentionRows) {
     for (int b = 0; b < batch; ++b) {
       if (b > 0) SyncAttentionThreads();  // AttendHead's work space is free
       AttendHead<T, HD>(a, c.ring.layers[l], positions, b, head, head % group == 0 && r0 == 0,
@@ -1509,8 +1514,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < a.batch * a.hidden; i += gridDim.x * kThreads)
         h_sum[i] = bias ? ToFloat(bias[i % a.hidden]) : 0.f, attn_sum[i] = 0.f;
     }
-    const bool chunked = HD > kAttendMaxHeadDim || a.batch > kFusedAttentionRows;  // else FoldOut attends
-    for (int64_t i = chunked ? blockIdx.x : items; i < items; i += gridDim.x) {
+    for (int64_t i = AttendsInFold(a.batch, HD) ? items : blockIdx.x; i < items; i += gridDim.x) {
       const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
       PhaseClock clock = StageClock(c.profile, 1);
       clock.Start();
@@ -1732,7 +1736,8 @@ bool ShapeFits(Dtype dtype, const DecodeLayersArgs& a) {
 
 }  // namespace
 
-int64_t DecodeLayersAttentionChunks(int64_t span, int64_t head_dim) {
+int64_t DecodeLayersAttentionChunks(int64_t batch, int64_t span, int64_t head_dim) {
+  if (AttendsInFold(batch, head_dim)) return 0;  // no chunks: no partials to zero at every step
   return std::max<int64_t>(1, (span + kChunkKeys - 1) / kChunkKeys);
 }
 
