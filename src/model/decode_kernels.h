@@ -105,7 +105,8 @@ struct DecodeLayer {
 // as they arrive). The weights stream into a ring of shared memory by bulk
 // copies (TMA) that run ahead of the computation, across stages and layers,
 // as far as the ring holds. h [batch, hidden] holds the embeddings on entry
-// and the last layer's output on return. Hopper and later.
+// (or `ids` name them) and the last layer's output on return. Hopper and
+// later.
 struct DecodeLayersArgs {
   DecodeLayer layers[kDecodeMaxLayers];
   int64_t num_layers = 0, batch = 0, hidden = 0, mlp = 0, heads = 0, kv_heads = 0, head_dim = 0;
@@ -114,6 +115,12 @@ struct DecodeLayersArgs {
   const int64_t* positions = nullptr;
   const float* inv_freq = nullptr;
   void* h = nullptr;
+  // Where set, the new tokens [batch], whose rows of `embedding` [vocab,
+  // hidden] are the first layer's input (no embedding kernel before the
+  // launch); the kernel writes them into h first.
+  const int64_t* ids = nullptr;
+  const void* embedding = nullptr;
+  int64_t vocab = 0;
   // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim]; the residual
   // stream in fp32, two copies of [batch, hidden] each: attn_sum after the
   // attention (to which the o projection is added), h_sum after the MLP (to

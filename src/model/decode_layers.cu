@@ -1416,6 +1416,27 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
   }
 }
 
+// The new tokens' embeddings (a.ids' rows of a.embedding) into a.h, the
+// first layer's input, by every block: each reads back only what its own
+// threads wrote (the other blocks write the same bytes), so no grid barrier
+// stands before the first layer, and no lookup kernel before the launch.
+// Once a launch, after the biases, while the first tiles land; out of the
+// layer loop's code.
+template <typename T>
+__device__ __noinline__ void GatherEmbeddings(const DecodeLayersArgs& a) {
+  constexpr int V = 16 / sizeof(T);
+  const int k = static_cast<int>(a.hidden);
+  T* rows = static_cast<T*>(a.h);
+  for (int i = threadIdx.x; i < a.batch * k / V; i += kThreads) {
+    const int b = i * V / k, e = i * V % k;
+    const int64_t id = a.ids[b];
+    if (id < 0 || id >= a.vocab) __trap();  // as an embedding lookup's device assert
+    *reinterpret_cast<Pack<T, V>*>(rows + b * k + e) =
+        *reinterpret_cast<const Pack<T, V>*>(static_cast<const T*>(a.embedding) + id * k + e);
+  }
+  SyncAttentionThreads();  // the block's loads of them (LoadInput) come after
+}
+
 // The attention of `layer` as DecodeAttention's arguments; `positions`: a's,
 // in shared memory.
 template <int HD>
@@ -1488,6 +1509,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     return;
   }
   LoadBiases<T>(a, p, layers, static_cast<T*>(c.biases));
+  if (a.ids) GatherEmbeddings<T>(a);
   Mark(timeline, a.num_layers, 0, 0);
   const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, items = a.batch * a.kv_heads * chunks;
   unsigned arrivals = 0;

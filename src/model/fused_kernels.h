@@ -39,7 +39,9 @@ int SwiGluBackward(Dtype dtype, const void* gate, const void* up, const void* gr
 // null) 0, the argmax (the first of ties) and its log softmax(z); with t > 0,
 // a draw from softmax(z / t) and its log-probability under it, the noise
 // from (seed, offset) (SampleTokens in sample_kernels.cu). out [2, rows]
-// fp32: the token ids, then the logprobs. `work`: SampleTokensWorkFloats
+// fp32: the token ids, then the logprobs; host_out, where set, pinned host
+// memory written through its device mapping, the same (no copy after it;
+// cudaErrorInvalidValue where it has none). `work`: SampleTokensWorkFloats
 // floats; `counters`: rows int32 zeros, left zero.
 int64_t SampleTokensSplits(int64_t rows, int64_t vocab);
 inline int64_t SampleTokensWorkFloats(int64_t rows, int64_t vocab) {
@@ -47,7 +49,7 @@ inline int64_t SampleTokensWorkFloats(int64_t rows, int64_t vocab) {
 }
 int SampleTokens(Dtype dtype, const void* logits, int64_t rows, int64_t vocab, const float* temperature,
                  float uniform_temperature, uint64_t seed, uint64_t offset, float* work, int* counters, float* out,
-                 cudaStream_t stream);
+                 float* host_out, cudaStream_t stream);
 // The first `rows` columns of staging [5, stride] (pinned host int64, read
 // through its device mapping) into inputs [5, stride] (device), then
 // inputs[0][inputs[2][i]] = picks[inputs[3][i]] (a token id held as a

@@ -330,7 +330,8 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, in
 
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
-                      int64_t span, const at::Tensor& timeline) {
+                      int64_t span, const at::Tensor& timeline, const at::Tensor& ids,
+                      const at::Tensor& embedding) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   TORCH_CHECK(Fusable(h) && h.dim() == 2 && h.is_contiguous() && !layers.empty(),
               "PersistentDecode: h must be a contiguous [B, hidden] CUDA tensor");
@@ -386,6 +387,19 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   a.positions = pos.data_ptr<int64_t>();
   a.inv_freq = freq.data_ptr<float>();
   a.h = h.data_ptr();
+  at::Tensor tokens;
+  if (ids.defined()) {
+    TORCH_CHECK(ids.is_cuda() && ids.scalar_type() == at::kLong && ids.numel() == B && embedding.dim() == 2 &&
+                    embedding.size(1) == hidden && embedding.scalar_type() == h.scalar_type() &&
+                    embedding.is_contiguous() && reinterpret_cast<uintptr_t>(embedding.data_ptr()) % 16 == 0,
+                "PersistentDecode: ids must be [", B, "] int64 on the GPU and the embedding a 16-byte aligned "
+                "contiguous [vocab, ",
+                hidden, "] of the model's dtype; got ids ", ids.sizes(), " and embedding ", embedding.sizes());
+    tokens = ids.reshape({-1}).contiguous();
+    a.ids = tokens.data_ptr<int64_t>();
+    a.embedding = embedding.data_ptr();
+    a.vocab = embedding.size(0);
+  }
   // One zeroed buffer of 64-bit words, its parts 16-byte aligned: the
   // barrier's count (two words); the tagged partials and q/k/v outputs, a
   // word a value; the residual stream's fp32 sums after the attention and
@@ -414,7 +428,7 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
 }
 
 at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator,
-                        at::Tensor* counters) {
+                        at::Tensor* counters, at::Tensor* host) {
   TORCH_CHECK(logits.dim() == 2 && static_cast<int64_t>(temperatures.size()) == logits.size(0),
               "SampleTokens: logits [rows, vocab] and a temperature per row, got ", logits.sizes(), " and ",
               temperatures.size());
@@ -426,6 +440,9 @@ at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& tem
   at::Tensor z = logits.contiguous();
   auto on = z.options();
   at::Tensor out = at::empty({2, rows}, on.dtype(at::kFloat));
+  TORCH_CHECK(!host || (host->is_pinned() && host->is_contiguous() && host->scalar_type() == at::kFloat &&
+                        host->sizes() == out.sizes()),
+              "SampleTokens: host must be contiguous pinned fp32 [2, ", rows, "]");
   if (rows == 0) return out;
   // One temperature for all rows (the usual case) goes by value, not by copy.
   const bool uniform = std::all_of(temperatures.begin(), temperatures.end(),
@@ -450,12 +467,14 @@ at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& tem
   Check(kernels::SampleTokens(KernelDtype(z), z.data_ptr(), rows, vocab,
                               per_row.defined() ? per_row.data_ptr<float>() : nullptr,
                               static_cast<float>(temperatures[0]), seed_offset.first, seed_offset.second,
-                              work.data_ptr<float>(), count.data_ptr<int>(), out.data_ptr<float>(), Stream(z)),
+                              work.data_ptr<float>(), count.data_ptr<int>(), out.data_ptr<float>(),
+                              host ? host->data_ptr<float>() : nullptr, Stream(z)),
         "sample tokens");
   return out;
 #else
   (void)generator;
   (void)counters;
+  (void)host;
   TORCH_CHECK(false, "SampleTokens: built without the fused CUDA kernels");
 #endif
 }

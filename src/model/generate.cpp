@@ -257,7 +257,7 @@ at::Tensor Generator::SampleWithAten(const at::Tensor& logits_in, std::vector<do
   return at::stack({tokens.to(at::kFloat), logprobs});
 }
 
-at::Tensor Generator::Sample(const at::Tensor& logits, const std::vector<int64_t>& slot_ids) {
+at::Tensor Generator::Sample(const at::Tensor& logits, const std::vector<int64_t>& slot_ids, at::Tensor* host) {
   const int64_t B = static_cast<int64_t>(slot_ids.size()), V = logits.size(1);
   TORCH_CHECK(V <= (int64_t{1} << 24), "vocabularies past 2^24 tokens are not supported");
   std::vector<double> temps(B), top_ps(B);  // temperature 0: greedy
@@ -271,8 +271,11 @@ at::Tensor Generator::Sample(const at::Tensor& logits, const std::vector<int64_t
   const bool filtered = std::any_of(top_ks.begin(), top_ks.end(), [&](int64_t k) { return k < V; }) ||
                         std::any_of(top_ps.begin(), top_ps.end(), [](double p) { return p < 1.0; });
   // [2, B]: token ids (exact in float32 below 2^24), then their logprobs; one transfer.
-  return logits.is_cuda() && HaveFusedKernels() && !filtered ? SampleTokens(logits, temps, rng_, &sample_counters_)
-                                                             : SampleWithAten(logits, temps, top_ps, top_ks, filtered);
+  if (logits.is_cuda() && HaveFusedKernels() && !filtered)
+    return SampleTokens(logits, temps, rng_, &sample_counters_, host);  // writes *host itself
+  at::Tensor picks = SampleWithAten(logits, temps, top_ps, top_ks, filtered);
+  if (host) CopyToPinned(picks, *host);
+  return picks;
 }
 
 void Generator::SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
@@ -393,9 +396,8 @@ std::unique_ptr<Generator::InFlight> Generator::Launch(const std::vector<int64_t
   at::Tensor logits =
       DecodeRunning(running, ids, positions, fed, fed_rows, in_flight_ ? in_flight_->picks : at::Tensor());
   ++stats_.decode_steps;
-  step->picks = Sample(logits, running);
-  step->host = at::empty(step->picks.sizes(), step->picks.options().device(at::kCPU).pinned_memory(logits.is_cuda()));
-  CopyToPinned(step->picks, step->host);
+  step->host = at::empty({2, B}, at::TensorOptions().dtype(at::kFloat).pinned_memory(logits.is_cuda()));
+  step->picks = Sample(logits, running, &step->host);
 #ifdef CUDA_AGENT_WITH_CUDA
   if (logits.is_cuda()) step->copied.record();
 #endif

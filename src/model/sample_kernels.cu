@@ -70,7 +70,7 @@ template <typename T, int N>
 __global__ void __launch_bounds__(kSampleThreads)
     SampleTokensKernel(const T* __restrict__ logits, int64_t vocab, const float* __restrict__ temperature,
                        float uniform_temperature, uint64_t seed, uint64_t offset, float* __restrict__ work,
-                       int* __restrict__ counters, float* __restrict__ out) {
+                       int* __restrict__ counters, float* __restrict__ out, float* __restrict__ host_out) {
   const int64_t row = blockIdx.y, splits = gridDim.x;
   const float t = temperature ? temperature[row] : uniform_temperature;
   const bool draw = t > 0;
@@ -119,8 +119,9 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
   all = BlockMerge<kSampleThreads>(all);
   if (threadIdx.x == 0) {
-    out[row] = static_cast<float>(all.index);
-    out[gridDim.y + row] = all.z - (all.m + logf(all.s));
+    const float token = static_cast<float>(all.index), logprob = all.z - (all.m + logf(all.s));
+    out[row] = token, out[gridDim.y + row] = logprob;
+    if (host_out) host_out[row] = token, host_out[gridDim.y + row] = logprob;
   }
 }
 
@@ -178,8 +179,10 @@ int64_t SampleTokensSplits(int64_t rows, int64_t vocab) {
 
 int SampleTokens(Dtype dtype, const void* logits, int64_t rows, int64_t vocab, const float* temperature,
                  float uniform_temperature, uint64_t seed, uint64_t offset, float* work, int* counters, float* out,
-                 cudaStream_t stream) {
+                 float* host_out, cudaStream_t stream) {
   if (rows == 0) return 0;
+  float* mapped = host_out ? DeviceMapping(host_out) : nullptr;
+  if (host_out && !mapped) return static_cast<int>(cudaErrorInvalidValue);
   const int64_t splits = SampleTokensSplits(rows, vocab);
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -187,7 +190,7 @@ int SampleTokens(Dtype dtype, const void* logits, int64_t rows, int64_t vocab, c
       SampleTokensKernel<T, decltype(width)::value>
           <<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)), kSampleThreads, 0, stream>>>(
               static_cast<const T*>(logits), vocab, temperature, uniform_temperature, seed, offset, work, counters,
-              out);
+              out, mapped);
     });
   });
 }

@@ -430,9 +430,18 @@ at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor
                                          int64_t span, at::Tensor* logits) const {
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
-  at::Tensor h = at::embedding(m.P("model.embed_tokens.weight"), ids.view({-1})).contiguous();  // [B, hidden]
   std::vector<DecodeLayerWeights> layers;
   for (int64_t i = 0; i < c.num_layers; ++i) layers.push_back(m.DecodeWeights(i, cache));
+  // The kernel reads the tokens' embeddings itself where it can (16-byte
+  // rows): no lookup kernel and no gap before it.
+  const at::Tensor& embedding = m.P("model.embed_tokens.weight");
+  if (embedding.is_contiguous() && reinterpret_cast<uintptr_t>(embedding.data_ptr()) % 16 == 0) {
+    at::Tensor h = at::empty({ids.size(0), c.hidden_size}, embedding.options());  // [B, hidden], its output
+    PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads,
+                     c.intermediate_size, span, {}, ids, embedding);
+    return m.DecodeLogits(h, logits);
+  }
+  at::Tensor h = at::embedding(embedding, ids.view({-1})).contiguous();  // [B, hidden]
   PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads, c.intermediate_size,
                    span);
   return m.DecodeLogits(h, logits);

@@ -161,12 +161,16 @@ std::vector<nlohmann::json> FusedDecodeShapes() {
                 {"num_key_value_heads", 1}});
   qwen3.update({{"model_type", "qwen3"}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                 {"head_dim", 128}, {"tie_word_embeddings", false}});
+  // Qwen3's q/k norms with heads of 64, which the persistent kernel's
+  // o-projection blocks take at batch 1 (AttendHead).
+  nlohmann::json qwen3_64 = qwen3;
+  qwen3_64.update({{"num_key_value_heads", 1}, {"head_dim", 64}});
   // Wide enough that the persistent kernel's folded down projection takes
   // several tiles (on an H200: 8 of 256 rows by 32 columns a block).
   nlohmann::json wide = llama;
   wide.update({{"hidden_size", 2048}, {"intermediate_size", 4224}, {"num_attention_heads", 32},
                {"num_key_value_heads", 4}, {"num_hidden_layers", 1}});
-  return {llama, qwen2, qwen3, wide};
+  return {llama, qwen2, qwen3, qwen3_64, wide};
 }
 
 // A random model's biases start at zero; the decode kernels must add them.
@@ -228,9 +232,15 @@ TEST(FusedOpsGpuTest, SampleTokensPicksTheArgmaxAndDrawsFromTheSoftmax) {
   at::Tensor a = SampleTokens(wide, std::vector<double>(64, 1.0), rng).cpu();
   at::Tensor b = SampleTokens(wide, std::vector<double>(64, 1.0), rng).cpu();
   rng.set_current_seed(11);
-  at::Tensor c = SampleTokens(wide, std::vector<double>(64, 1.0), rng).cpu();
+  // Into pinned memory too (the generator's copy for the host), written by
+  // the kernel itself.
+  at::Tensor host = at::full({2, 64}, -1.0, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+  at::Tensor c = SampleTokens(wide, std::vector<double>(64, 1.0), rng, nullptr, &host).cpu();
   EXPECT_TRUE(at::equal(a, c));
+  EXPECT_TRUE(at::equal(host, c));
   EXPECT_FALSE(at::equal(a[0], b[0]));
+  at::Tensor pageable = at::zeros({2, 64});
+  EXPECT_THROW(SampleTokens(wide, std::vector<double>(64, 1.0), rng, nullptr, &pageable), c10::Error);
 }
 
 // A step's inputs staged in pinned memory, with the last step's picks fed

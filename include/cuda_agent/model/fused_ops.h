@@ -39,8 +39,10 @@ bool HaveFusedKernels();
 // softmax(logits / t)). `counters`, where given, is the kernel's int32
 // zeros on the logits' device, which it leaves zero: a caller that samples
 // every step keeps them and saves a fill each step (made, or grown, here).
+// `host`, where given, is contiguous pinned fp32 [2, rows] that the kernel
+// writes the same into (no copy after it; complete once the stream is).
 at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& temperatures, at::Generator& generator,
-                        at::Tensor* counters = nullptr);
+                        at::Tensor* counters = nullptr, at::Tensor* host = nullptr);
 
 // A decode step's inputs, staged on the host: the first `rows` columns of
 // staging [5, S] (int64, pinned where inputs is on CUDA: token ids,
@@ -101,7 +103,9 @@ at::Tensor DecodeHead(const at::Tensor& h, const at::Tensor& norm_weight, double
 
 // Every layer of a decode step in one persistent kernel (Hopper GPUs; rows
 // as PersistentDecodeFits allows): h [B, hidden], the embeddings of the new
-// tokens, becomes the last layer's output in place; each layer's keys and
+// tokens, becomes the last layer's output in place (with `ids` [B] int64
+// defined, the kernel reads the tokens' rows of `embedding` [vocab, hidden]
+// itself, no lookup before it, and h is only written); each layer's keys and
 // values go into its caches at `positions` [B] (rows are slots 0..B-1, keys
 // < span). `timeline`, when defined (int64 CUDA
 // [PersistentDecodeTimelineSize(layers, SMs)], zeros), receives one block's
@@ -125,6 +129,7 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, in
                           int64_t mlp, int64_t heads, int64_t kv_heads, int64_t head_dim);
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
-                      int64_t span, const at::Tensor& timeline = {});
+                      int64_t span, const at::Tensor& timeline = {}, const at::Tensor& ids = {},
+                      const at::Tensor& embedding = {});
 
 }  // namespace cuda_agent::model

@@ -112,8 +112,9 @@ class Generator {
   // [2, B] fp32 on the logits' device: one token per row of `logits` [B, V]
   // for the sequences in `slot_ids` (their ids, then their logprobs): one
   // kernel on CUDA (SampleTokens) unless a row asks for top-k or top-p, which
-  // SampleWithAten serves.
-  at::Tensor Sample(const at::Tensor& logits, const std::vector<int64_t>& slot_ids);
+  // SampleWithAten serves. `host`, where given, pinned [2, B] fp32, receives
+  // the same (on CUDA once the stream gets there).
+  at::Tensor Sample(const at::Tensor& logits, const std::vector<int64_t>& slot_ids, at::Tensor* host = nullptr);
   // Sample, then each sequence's token appended on the host.
   void SampleAndAppend(const at::Tensor& logits, const std::vector<int64_t>& slot_ids,
                        std::vector<GenerationResult>* finished);
