@@ -120,6 +120,9 @@ struct DecodeLayersArgs {
   // launch); the kernel writes them into h first.
   const int64_t* ids = nullptr;
   const void* embedding = nullptr;
+  // Where set, the final RMSNorm's weight [hidden]: h receives the last
+  // layer's output normed by it (the LM head's input), no norm kernel after.
+  const void* final_norm = nullptr;
   int64_t vocab = 0;
   // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim]; the residual
   // stream in fp32, two copies of [batch, hidden] each: attn_sum after the

@@ -1437,6 +1437,53 @@ __device__ __noinline__ void GatherEmbeddings(const DecodeLayersArgs& a) {
   SyncAttentionThreads();  // the block's loads of them (LoadInput) come after
 }
 
+// The residual stream's fp32 sums into h, the layers' output, rounded to T,
+// a share a block; where a.final_norm is set, normed (times their 1 / rms
+// and the weight, as at::rms_norm, one rounding): the LM head's input, with
+// no norm kernel and no gap after the launch. Each block then takes every
+// row's sum of squares itself (3.5 KB of L2 a row at Qwen2.5-0.5B's shape).
+// `squares`: kWarps * kDecodeMaxRows floats of shared memory. Out of line:
+// the kernel's code around its layer loop stays as it was.
+template <typename T>
+__device__ __noinline__ void StoreOutput(const DecodeLayersArgs& a, float* squares) {
+  constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows;
+  const int k = static_cast<int>(a.hidden), packs = static_cast<int>(a.batch) * k / V;
+  const float* sums = HSum(a, a.num_layers - 1);
+  if (!a.final_norm) {
+    for (int i = blockIdx.x * kThreads + threadIdx.x; i < packs; i += gridDim.x * kThreads)
+      *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(a.h) + i * V) = RoundPackCoherent<T, V>(sums + i * V);
+    return;
+  }
+  float ss[R] = {};
+  for (int i = threadIdx.x; i < packs; i += kThreads) {
+    const Pack<T, V> v = RoundPackCoherent<T, V>(sums + i * V);
+    float s = 0;
+#pragma unroll
+    for (int e = 0; e < V; ++e) s += ToFloat(v.v[e]) * ToFloat(v.v[e]);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r == i * V / k) ss[r] += s;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float total = WarpSum(ss[r]);
+    if (lane == 0) squares[warp * R + r] = total;
+  }
+  SyncAttentionThreads();
+  const T* w = static_cast<const T*>(a.final_norm);
+  for (int i = blockIdx.x * kThreads + threadIdx.x; i < packs; i += gridDim.x * kThreads) {
+    const int b = i * V / k, e0 = i * V % k;
+    float total = 0;
+    for (int j = 0; j < kWarps; ++j) total += squares[j * R + b];
+    const float rstd = rsqrtf(total / static_cast<float>(k) + a.eps);
+    Pack<T, V> v = RoundPackCoherent<T, V>(sums + i * V);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v.v[e] = FromFloat<T>(ToFloat(v.v[e]) * rstd * ToFloat(w[e0 + e]));
+    *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(a.h) + i * V) = v;
+  }
+}
+
 // The attention of `layer` as DecodeAttention's arguments; `positions`: a's,
 // in shared memory.
 template <int HD>
@@ -1553,15 +1600,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     FoldDown<T>(a, p, l, c);
     barrier(l, 4, true);
   }
-  // The residual stream's fp32 sums into h, the layers' output, a share a
-  // block.
-  {
-    constexpr int V = 16 / sizeof(T);
-    const int64_t packs = a.batch * a.hidden / V;
-    const float* sums = HSum(a, a.num_layers - 1);
-    for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < packs; i += gridDim.x * kThreads)
-      *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(a.h) + i * V) = RoundPackCoherent<T, V>(sums + i * V);
-  }
+  StoreOutput<T>(a, squares);
   if (c.profile && threadIdx.x == 0)
     for (int i = 0; i < kPhaseSlots; ++i) timeline[3 + 10 * a.num_layers + i] = c.profile[i];
 }

@@ -331,7 +331,7 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, in
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
                       int64_t span, const at::Tensor& timeline, const at::Tensor& ids,
-                      const at::Tensor& embedding) {
+                      const at::Tensor& embedding, const at::Tensor& final_norm) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   TORCH_CHECK(Fusable(h) && h.dim() == 2 && h.is_contiguous() && !layers.empty(),
               "PersistentDecode: h must be a contiguous [B, hidden] CUDA tensor");
@@ -399,6 +399,13 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
     a.ids = tokens.data_ptr<int64_t>();
     a.embedding = embedding.data_ptr();
     a.vocab = embedding.size(0);
+  }
+  if (final_norm.defined()) {
+    TORCH_CHECK(final_norm.is_cuda() && final_norm.is_contiguous() && final_norm.numel() == hidden &&
+                    final_norm.scalar_type() == h.scalar_type(),
+                "PersistentDecode: the final norm's weight must be a contiguous [", hidden,
+                "] of the model's dtype on the GPU; got ", final_norm.sizes());
+    a.final_norm = final_norm.data_ptr();
   }
   // One zeroed buffer of 64-bit words, its parts 16-byte aligned: the
   // barrier's count (two words); the tagged partials and q/k/v outputs, a

@@ -192,7 +192,8 @@ struct Transformer::Impl {
   // which cuBLAS streams faster than DecodeLinear does, and so far than
   // DecodeHead (the norm and the head in one kernel, the head evict-first
   // in L2): 1636.1 against 1574.6 tok/s at batch 1 on an H200. With
-  // CUDA_AGENT_DECODE_HEAD=1 the decode paths take DecodeHead where it fits.
+  // CUDA_AGENT_DECODE_HEAD=1 the decode paths take DecodeHead where it fits
+  // (not the persistent one, which norms in its kernel).
   at::Tensor DecodeLogits(const at::Tensor& h, at::Tensor* out) const {
     static const bool head_kernel = [] {
       const char* env = std::getenv("CUDA_AGENT_DECODE_HEAD");
@@ -200,7 +201,11 @@ struct Transformer::Impl {
     }();
     if (head_kernel && DecodeHeadFits(h, Head()))
       return DecodeHead(h, P("model.norm.weight"), config.rms_norm_eps, Head(), out);
-    const at::Tensor x = RmsNorm(h, P("model.norm.weight"), config.rms_norm_eps);
+    return HeadLogits(RmsNorm(h, P("model.norm.weight"), config.rms_norm_eps), out);
+  }
+  // The LM head of the normed x, into *out where given (the persistent
+  // decode norms in its kernel).
+  at::Tensor HeadLogits(const at::Tensor& x, at::Tensor* out) const {
     return out ? at::linear_out(*out, x, Head()) : at::linear(x, Head());
   }
 };
@@ -438,8 +443,8 @@ at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor
   if (embedding.is_contiguous() && reinterpret_cast<uintptr_t>(embedding.data_ptr()) % 16 == 0) {
     at::Tensor h = at::empty({ids.size(0), c.hidden_size}, embedding.options());  // [B, hidden], its output
     PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads,
-                     c.intermediate_size, span, {}, ids, embedding);
-    return m.DecodeLogits(h, logits);
+                     c.intermediate_size, span, {}, ids, embedding, m.P("model.norm.weight"));
+    return m.HeadLogits(h, logits);  // h normed in the kernel
   }
   at::Tensor h = at::embedding(embedding, ids.view({-1})).contiguous();  // [B, hidden]
   PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads, c.intermediate_size,

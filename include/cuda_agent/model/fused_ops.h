@@ -105,7 +105,9 @@ at::Tensor DecodeHead(const at::Tensor& h, const at::Tensor& norm_weight, double
 // as PersistentDecodeFits allows): h [B, hidden], the embeddings of the new
 // tokens, becomes the last layer's output in place (with `ids` [B] int64
 // defined, the kernel reads the tokens' rows of `embedding` [vocab, hidden]
-// itself, no lookup before it, and h is only written); each layer's keys and
+// itself, no lookup before it, and h is only written; with `final_norm`
+// [hidden] defined, h receives the output normed by it, the LM head's
+// input, with no norm kernel after); each layer's keys and
 // values go into its caches at `positions` [B] (rows are slots 0..B-1, keys
 // < span). `timeline`, when defined (int64 CUDA
 // [PersistentDecodeTimelineSize(layers, SMs)], zeros), receives one block's
@@ -130,6 +132,6 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, in
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
                       int64_t span, const at::Tensor& timeline = {}, const at::Tensor& ids = {},
-                      const at::Tensor& embedding = {});
+                      const at::Tensor& embedding = {}, const at::Tensor& final_norm = {});
 
 }  // namespace cuda_agent::model
