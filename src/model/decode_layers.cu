@@ -795,12 +795,15 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
 // alone). kAttendLanes lanes take a key, its elements in as many parts (its
 // score: a few shuffles), a warp 32 / kAttendLanes keys a round; the loads
 // of R rounds (kAttendPacks 16-byte loads a lane) are in flight together,
-// the first R before the wait for the new token's q/k/v. Each lane keeps a
+// the first R before the wait for the new token's q/k/v, in two halves:
+// once a half's keys are taken, its registers load the keys R rounds on
+// while the other half's are taken. Each lane keeps a
 // running softmax of its keys; the warps' are merged with the new token's
 // key in shared memory. On an H200 (decode_ab.sh, 384 keys) the kernel took
 // 448.6 us against 478.5 with the chunks split over blocks and merged, 452.1
 // with 4 lanes a key, 465.8 with 4 lanes, two rounds and loads under
-// branches instead of predicates.
+// branches instead of predicates; the halves made it 444.1 against 456.1
+// (all R rounds taken, then the next R loaded).
 constexpr int kFusedAttentionRows = 1;  // the largest batch that takes it
 constexpr int kAttendLanes = 8;         // lanes a key
 constexpr int kAttendPacks = 16;        // 16-byte loads of keys and values a lane has in flight: 64 registers
@@ -863,19 +866,23 @@ __device__ void AttendHead(const DecodeLayersArgs& a, const DecodeLayer& layer, 
   float* part = value + HD;  // [kWarps][HD + 2]: maximum, sum, outputs
   // Raw words (PackElement): a Pack of 16-bit values would take a register
   // an element.
-  uint4 kp[R][PK], vp[R][PK];
-  auto load = [&](int64_t r0) {
+  // Two halves of R rounds each, one computed while the other's loads are
+  // in flight.
+  constexpr int H = R > 1 ? R / 2 : 1;
+  uint4 kp[2][H][PK], vp[2][H][PK];
+  auto load = [&](uint4 (&k)[H][PK], uint4 (&v)[H][PK], int64_t r0) {
 #pragma unroll
-    for (int u = 0; u < R; ++u) {
+    for (int u = 0; u < H; ++u) {
       const int64_t t = (r0 + u) * kRoundKeys + first;
 #pragma unroll
       for (int i = 0; i < PK; ++i) {
-        kp[u][i] = LoadIf(kc + t * stride + i * V, t < cached);
-        vp[u][i] = LoadIf(vc + t * stride + i * V, t < cached);
+        k[u][i] = LoadIf(kc + t * stride + i * V, t < cached);
+        v[u][i] = LoadIf(vc + t * stride + i * V, t < cached);
       }
     }
   };
-  load(0);
+  load(kp[0], vp[0], 0);
+  load(kp[1], vp[1], H);
   // The new token's query (warp 0) and key and value (warp 1) as the q/k/v
   // stage's outputs arrive (Tagged), normed and rotated.
   if (warp < 2) {
@@ -916,36 +923,43 @@ __device__ void AttendHead(const DecodeLayersArgs& a, const DecodeLayer& layer, 
   SyncAttentionThreads();
   const float* q = query + c * Q;  // read at each use: registers for the keys in flight
   float m = -INFINITY, s = 0, o[Q] = {};
-  for (int64_t r0 = 0; r0 * kRoundKeys < cached; r0 += R) {
-    if (r0 > 0) load(r0);
-    float score[R], top = m;
+  // Rounds [r0, r0 + H) of the lane's keys into its running softmax.
+  auto take = [&](const uint4 (&k)[H][PK], const uint4 (&v)[H][PK], int64_t r0) {
+    float score[H], top = m;
 #pragma unroll
-    for (int u = 0; u < R; ++u) {
+    for (int u = 0; u < H; ++u) {
       float dot = 0;
 #pragma unroll
       for (int i = 0; i < PK; ++i)
 #pragma unroll
-        for (int e = 0; e < V; ++e) dot = fmaf(q[i * V + e], PackElement<T>(kp[u][i], e), dot);
+        for (int e = 0; e < V; ++e) dot = fmaf(q[i * V + e], PackElement<T>(k[u][i], e), dot);
 #pragma unroll
       for (int offset = 1; offset < L; offset *= 2) dot += __shfl_xor_sync(0xffffffff, dot, offset);
       score[u] = (r0 + u) * kRoundKeys + first < cached ? dot * a.scale : -INFINITY;
       top = fmaxf(top, score[u]);
     }
-    if (top == -INFINITY) continue;  // none of this lane's keys yet
-    const float f = expf(m - top);   // 0 where m is -inf
+    if (top == -INFINITY) return;  // none of this lane's keys yet
+    const float f = expf(m - top);  // 0 where m is -inf
     s *= f;
 #pragma unroll
     for (int i = 0; i < Q; ++i) o[i] *= f;
 #pragma unroll
-    for (int u = 0; u < R; ++u) {
+    for (int u = 0; u < H; ++u) {
       const float p = expf(score[u] - top);  // 0 past the keys
       s += p;
 #pragma unroll
       for (int i = 0; i < PK; ++i)
 #pragma unroll
-        for (int e = 0; e < V; ++e) o[i * V + e] = fmaf(p, PackElement<T>(vp[u][i], e), o[i * V + e]);
+        for (int e = 0; e < V; ++e) o[i * V + e] = fmaf(p, PackElement<T>(v[u][i], e), o[i * V + e]);
     }
     m = top;
+  };
+  for (int64_t r0 = 0; r0 * kRoundKeys < cached; r0 += 2 * H) {
+    take(kp[0], vp[0], r0);
+    if ((r0 + 2 * H) * kRoundKeys < cached) load(kp[0], vp[0], r0 + 2 * H);
+    if ((r0 + H) * kRoundKeys >= cached) break;
+    take(kp[1], vp[1], r0 + H);
+    if ((r0 + 3 * H) * kRoundKeys < cached) load(kp[1], vp[1], r0 + 3 * H);
   }
   // The warp's keys at a time into lanes 0 .. L - 1.
 #pragma unroll
