@@ -864,11 +864,11 @@ __device__ void AttendHead(const DecodeLayersArgs& a, const DecodeLayer& layer, 
   float* key = query + HD;
   float* value = key + HD;
   float* part = value + HD;  // [kWarps][HD + 2]: maximum, sum, outputs
-  // Raw words (PackElement): a Pack of 16-bit values would take a register
-  // an element.
-  // Two halves of R rounds each, one computed while the other's loads are
-  // in flight.
-  constexpr int H = R > 1 ? R / 2 : 1;
+  // Two halves of the R rounds, one taken while the other's loads are in
+  // flight; raw words (PackElement): a Pack of 16-bit values would take a
+  // register an element.
+  constexpr int H = R / 2;
+  static_assert(H >= 1, "two halves of at least a round each");
   uint4 kp[2][H][PK], vp[2][H][PK];
   auto load = [&](uint4 (&k)[H][PK], uint4 (&v)[H][PK], int64_t r0) {
 #pragma unroll
