@@ -70,6 +70,13 @@ constexpr int kChunkKeys = 32;
 // merge's code for one more round of loads past 256 keys; batch-1 decode on
 // an H200 (128-token prompts, 512 new tokens) 1636.2 tok/s against 1610.8.
 constexpr int kMergeChunks = 8;
+// The batch's rows: 1 in the batch-1 kernel (kOne), whose loops over rows
+// and divisions by the batch fold away at compile time (its code ~1.2k
+// instructions shorter than the kernel for any batch, bf16), else `batch`.
+template <bool kOne>
+__host__ __device__ constexpr int Rows(int64_t batch) {
+  return kOne ? 1 : static_cast<int>(batch);
+}
 // kStageOut and kStageDown are no stages of their own: FoldOut's and
 // FoldDown's weights.
 enum Stage { kStageQkv = 0, kStageOut = 1, kStageGateUp = 2, kStageDown = 3 };
@@ -281,9 +288,10 @@ __device__ inline void MergeTagged(const uint64_t* partials, int64_t chunks, int
 // multiple of 4), added into `to` (batch row b at b * hidden) four at a time
 // by vector reductions. One out-of-line copy for both folds, no division:
 // the kernel's code does not fit the instruction cache (see the top).
+template <bool kOne>
 __device__ __noinline__ void AddStaged(const float* staged, int tile_rows, int rows, int batch, float* to,
                                        int hidden) {
-  for (int b = 0; b < batch; ++b)
+  for (int b = 0; b < Rows<kOne>(batch); ++b)
 #pragma unroll 1
     for (int e = threadIdx.x * 4; e < rows; e += kThreads * 4)
       RedAddFour(to + b * hidden + e, *reinterpret_cast<const float4*>(staged + b * tile_rows + e));
@@ -559,17 +567,18 @@ constexpr int64_t RowPitch(int64_t bytes) { return (bytes + 127) / 128 * 128 + 1
 // at batch 1 is 112 packs, one round for the block). Four packs at once
 // (four copies of the loop's body) made a step's layers 3.6% slower at
 // batch 1 on an H200 (577.7 against 557.8 us; at batch 8 1.6% faster).
-template <typename T>
+template <typename T, bool kOne>
 __device__ __noinline__ void LoadInput(const T* x, const float* sum, const T* norm, int batch, int k, int pitch,
                                        T* xs, float* squares, float* stream, int share0, int share1,
                                        const T* bias) {
   constexpr int V = 16 / sizeof(T), R = kDecodeMaxRows;
+  batch = Rows<kOne>(batch);
   const int packs = batch * k / V;
   float ss[R] = {};
   for (int i = threadIdx.x; i < packs; i += kThreads) {
     Pack<T, V> v = sum ? RoundPackCoherent<T, V>(sum + i * V) : LoadPackCoherent<T, V>(x + i * V);
-    const Pack<T, V> w = *reinterpret_cast<const Pack<T, V>*>(norm + i * V % k);
-    const int b = i * V / k;
+    const int col = kOne ? i * V : i * V % k, b = kOne ? 0 : i * V / k;  // the pack's place: row b, column col
+    const Pack<T, V> w = *reinterpret_cast<const Pack<T, V>*>(norm + col);
     if (stream && i >= share0 && i < share1) PassOn<T, V>(v, i * V, k, stream, bias);
     float s = 0;
 #pragma unroll
@@ -578,7 +587,7 @@ __device__ __noinline__ void LoadInput(const T* x, const float* sum, const T* no
       s += f * f;
       v.v[e] = FromFloat<T>(f * ToFloat(w.v[e]));
     }
-    *reinterpret_cast<Pack<T, V>*>(xs + b * pitch + i * V % k) = v;
+    *reinterpret_cast<Pack<T, V>*>(xs + b * pitch + col) = v;
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (r == b) ss[r] += s;
@@ -1078,10 +1087,11 @@ __device__ inline void BlockProducts(float (&d)[2][4], uint32_t a_row, uint32_t 
 // Not inlined, and the same code for every stage (M a value, not a
 // template argument): the kernel runs through all of its code once a layer,
 // so code that every stage shares stays in the instruction cache.
-template <typename T>
+template <typename T, bool kOne>
 __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int rows, int shift, const T* w, int pitch,
                                       const T* xs, float* sums) {
   constexpr int R = kDecodeMaxRows;
+  batch = Rows<kOne>(batch);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, splits = 1 << shift;
   if constexpr (sizeof(T) == 2) {
     const int total = M * rows, units = (total + 15) / 16 << shift, blocks = (k + 31) / 32;
@@ -1145,11 +1155,11 @@ __device__ __noinline__ void TileDots(int batch, int k, int M, int first, int ro
 // SwiGLU's go to `acts` in shared memory instead ([batch, rows], fp32 of
 // the rounded values, for FoldDown); the others (q/k/v) into y as rounded
 // values tagged with `tag` (Tagged), which the attention waits for.
-template <typename T, bool kSwiGlu>
+template <typename T, bool kSwiGlu, bool kOne>
 __device__ void StageOutputs(const DecodeGemvArgs& g, int64_t n, int64_t j0, int rows, int splits, const float* sums,
                              const T* biases, int bias_pitch, const float* squares, float* acts, uint32_t tag) {
   constexpr int R = kDecodeMaxRows, M = kSwiGlu ? 2 : 1;
-  const int batch = static_cast<int>(g.batch);
+  const int batch = Rows<kOne>(g.batch);
   for (int i = threadIdx.x; i < rows * batch; i += kThreads) {
     const int row = i / batch, b = i % batch;
     float ss = 0;
@@ -1254,7 +1264,7 @@ __device__ void LoadBiases(const DecodeLayersArgs& a, const RingPlan& p, const D
 // gate/up stage reads FoldOut's and adds itself to FoldDown's, whose
 // outputs stay in shared memory (c.xs) for FoldDown.
 // A block without rows still passes its share of the stream on.
-template <typename T, bool kSwiGlu>
+template <typename T, bool kSwiGlu, bool kOne>
 __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, int64_t l, Consumer& c) {
   int64_t n, j0, j1;
   const DecodeLayer& layer = c.ring.layers[l];
@@ -1266,9 +1276,10 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
   const int pitch = static_cast<int>(p.pitch[s] / sizeof(T));
   const bool qkv = s == kStageQkv;
   const float* sum = qkv ? (l > 0 ? HSum(a, l - 1) : nullptr) : AttnSum(a, l);
-  LoadInput<T>(static_cast<const T*>(g.x), sum, static_cast<const T*>(g.norm_weight), static_cast<int>(g.batch),
-               static_cast<int>(g.k), pitch, xs, c.squares, qkv ? AttnSum(a, l) : HSum(a, l), c.share0, c.share1,
-               qkv ? static_cast<const T*>(layer.o.bias) : nullptr);
+  LoadInput<T, kOne>(static_cast<const T*>(g.x), sum, static_cast<const T*>(g.norm_weight),
+                     static_cast<int>(g.batch), static_cast<int>(g.k), pitch, xs, c.squares,
+                     qkv ? AttnSum(a, l) : HSum(a, l), c.share0, c.share1,
+                     qkv ? static_cast<const T*>(layer.o.bias) : nullptr);
   if (j0 >= j1) return;
   clock.Lap(0);
   const int splits = p.splits[s], shift = 31 - __clz(splits);
@@ -1277,16 +1288,17 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
     const int q = static_cast<int>(c.tile % kTilesInFlight);
     BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
     clock.Lap(1);
-    TileDots<T>(static_cast<int>(g.batch), static_cast<int>(g.k), kSwiGlu ? 2 : 1, static_cast<int>(r - j0), rows,
-                shift, reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), pitch, xs, c.red);
+    TileDots<T, kOne>(static_cast<int>(g.batch), static_cast<int>(g.k), kSwiGlu ? 2 : 1, static_cast<int>(r - j0),
+                      rows, shift, reinterpret_cast<const T*>(c.ring.data + c.ring.offset[q]), pitch, xs, c.red);
     __syncwarp();
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     clock.Lap(2);
   }
   SyncAttentionThreads();
   const T* biases = static_cast<const T*>(c.biases) + l * (p.bias_rows + 2 * p.fold_cols) + (qkv ? 0 : p.bias_rows);
-  StageOutputs<T, kSwiGlu>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, biases, static_cast<int>(p.fold_cols),
-                           c.squares, kSwiGlu ? c.xs : nullptr, static_cast<uint32_t>(l + 1));
+  StageOutputs<T, kSwiGlu, kOne>(g, n, j0, static_cast<int>(j1 - j0), splits, c.red, biases,
+                                 static_cast<int>(p.fold_cols), c.squares, kSwiGlu ? c.xs : nullptr,
+                                 static_cast<uint32_t>(l + 1));
   clock.Lap(3);
 }
 
@@ -1299,7 +1311,7 @@ __device__ void GemvStage(const DecodeLayersArgs& a, const RingPlan& p, int s, i
 // vector reductions (every block adds to every element: scalar atomics,
 // four times as many, queued in L2 for 6.6 us a layer on an H200).
 // So the down projection needs no grid barrier and no input of its own.
-template <typename T>
+template <typename T, bool kOne>
 __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l, Consumer& c) {
   constexpr int V = 16 / sizeof(T);
   int64_t j0, j1;
@@ -1309,7 +1321,7 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l
   clock.Start();
   SyncAttentionThreads();  // c.xs holds every row's outputs
   clock.Lap(0);
-  const int batch = static_cast<int>(a.batch), cols = static_cast<int>(j1 - j0), C = static_cast<int>(p.fold_cols);
+  const int batch = Rows<kOne>(a.batch), cols = static_cast<int>(j1 - j0), C = static_cast<int>(p.fold_cols);
   const int hidden = static_cast<int>(a.hidden), tile_rows = static_cast<int>(p.tile_rows[kStageDown]);
   const float* acts = c.xs;
   for (int r0 = 0; r0 < hidden; r0 += tile_rows, ++c.tile) {
@@ -1351,7 +1363,7 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l
     __syncwarp();
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     SyncAttentionThreads();
-    AddStaged(c.red, tile_rows, rows, batch, HSum(a, l) + r0, hidden);
+    AddStaged<kOne>(c.red, tile_rows, rows, batch, HSum(a, l) + r0, hidden);
     if (r0 + tile_rows < hidden) SyncAttentionThreads();  // c.red is free for the next tile
     clock.Lap(2);
   }
@@ -1367,7 +1379,7 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l
 // attention (a.attn_sum, which the q/k/v stage started) four at a time by
 // vector reductions. So the o projection needs no grid barrier, and the
 // attention's merge is no grid-wide step of its own.
-template <typename T, int HD>
+template <typename T, int HD, bool kOne>
 __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int64_t* positions, int64_t l,
                         int64_t chunks, Consumer& c) {
   constexpr int V = 16 / sizeof(T), P = HD / V;  // packs of a row
@@ -1376,7 +1388,7 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
   if (!OutUnit(a, p, &head, &r0, &r1)) return;
   PhaseClock clock = StageClock(c.profile, 2);
   clock.Start();
-  const int batch = static_cast<int>(a.batch), group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
+  const int batch = Rows<kOne>(a.batch), group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
   float* attn = c.xs;  // [batch, HD], rounded to T as the o projection's input is
   // AttendsInFold(batch, HD), written out: calling it here made the
   // kernel's code 520 instructions longer (nvcc 13.0).
@@ -1424,7 +1436,7 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     SyncAttentionThreads();
     clock.Lap(2);
-    AddStaged(c.red, tile_rows, rows, batch, AttnSum(a, l) + r, hidden);
+    AddStaged<kOne>(c.red, tile_rows, rows, batch, AttnSum(a, l) + r, hidden);
     if (r + tile_rows < r1) SyncAttentionThreads();  // c.red is free for the next tile
     clock.Lap(3);
   }
@@ -1520,7 +1532,7 @@ static_assert(sizeof(DecodeLayersArgs) + sizeof(RingPlan) + sizeof(FoldMaps) <= 
 // fetches much of it again, and the clocks' ~600 instructions (though
 // skipped) made a step's layers 7.9% slower on an H200 (557.8 against
 // 517.1 us).
-template <typename T, int HD, bool kProfile>
+template <typename T, int HD, bool kProfile, bool kOne>
 __global__ void __launch_bounds__(kThreads + 32, 1)
     DecodeLayersKernel(const __grid_constant__ DecodeLayersArgs a, const RingPlan p,
                        const __grid_constant__ FoldMaps maps) {
@@ -1572,7 +1584,8 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
   LoadBiases<T>(a, p, layers, static_cast<T*>(c.biases));
   if (a.ids) GatherEmbeddings<T>(a);
   Mark(timeline, a.num_layers, 0, 0);
-  const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, items = a.batch * a.kv_heads * chunks;
+  const int64_t batch = Rows<kOne>(a.batch);
+  const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, items = batch * a.kv_heads * chunks;
   unsigned arrivals = 0;
   // Every block's arrival at stage s's end (profiling): at a grid barrier
   // once all its warps are there, elsewhere when thread 0 is.
@@ -1585,7 +1598,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     Mark(timeline, a.num_layers, 2 + (l * 5 + s) * 2, l + 1 == a.num_layers && s == 4 ? 1 : -1);
   };
   for (int64_t l = 0; l < a.num_layers; ++l) {
-    GemvStage<T, false>(a, p, kStageQkv, l, c);
+    GemvStage<T, false, kOne>(a, p, kStageQkv, l, c);
     barrier(l, 0, false);  // the attention waits for the q/k/v outputs it reads, no more
     // FoldDown's sums start from the down projection's bias, a share a block
     // (the gate/up stage adds the residual stream), and the next layer's
@@ -1594,10 +1607,10 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     {
       const T* bias = static_cast<const T*>(layers[l].down.bias);
       float *h_sum = HSum(a, l), *attn_sum = AttnSum(a, l + 1);
-      for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < a.batch * a.hidden; i += gridDim.x * kThreads)
+      for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < batch * a.hidden; i += gridDim.x * kThreads)
         h_sum[i] = bias ? ToFloat(bias[i % a.hidden]) : 0.f, attn_sum[i] = 0.f;
     }
-    for (int64_t i = AttendsInFold(a.batch, HD) ? items : blockIdx.x; i < items; i += gridDim.x) {
+    for (int64_t i = AttendsInFold(batch, HD) ? items : blockIdx.x; i < items; i += gridDim.x) {
       const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
       PhaseClock clock = StageClock(c.profile, 1);
       clock.Start();
@@ -1607,11 +1620,11 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       clock.Lap(3);
     }
     barrier(l, 1, false);
-    FoldOut<T, HD>(a, p, positions, l, chunks, c);
+    FoldOut<T, HD, kOne>(a, p, positions, l, chunks, c);
     barrier(l, 2, true);
-    GemvStage<T, true>(a, p, kStageGateUp, l, c);
+    GemvStage<T, true, kOne>(a, p, kStageGateUp, l, c);
     barrier(l, 3, false);
-    FoldDown<T>(a, p, l, c);
+    FoldDown<T, kOne>(a, p, l, c);
     barrier(l, 4, true);
   }
   StoreOutput<T>(a, squares);
@@ -1637,7 +1650,7 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   // generator asks whether a step fits before it). Negative: unknown.
   static const int64_t room = [] {
     cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true>) != cudaSuccess) return int64_t{-1};
+    if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true, false>) != cudaSuccess) return int64_t{-1};
     int device = 0, optin = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -1786,11 +1799,15 @@ bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, bool encode, F&& f) {
       ok = planner(a, &p, &bytes) && (!encode || EncodeFoldMaps<T>(a, p, &maps));
       if (ok) f(kernel, p, bytes, encode ? &maps : nullptr);
     };
-    const bool profile = a.timeline != nullptr;
+    const bool profile = a.timeline != nullptr, one = a.batch == 1;
     if (a.head_dim == 64)
-      plan(profile ? DecodeLayersKernel<T, 64, true> : DecodeLayersKernel<T, 64, false>, PlanRing<T, 64>);
+      plan(profile ? (one ? DecodeLayersKernel<T, 64, true, true> : DecodeLayersKernel<T, 64, true, false>)
+                   : (one ? DecodeLayersKernel<T, 64, false, true> : DecodeLayersKernel<T, 64, false, false>),
+           PlanRing<T, 64>);
     else if (a.head_dim == 128)
-      plan(profile ? DecodeLayersKernel<T, 128, true> : DecodeLayersKernel<T, 128, false>, PlanRing<T, 128>);
+      plan(profile ? (one ? DecodeLayersKernel<T, 128, true, true> : DecodeLayersKernel<T, 128, true, false>)
+                   : (one ? DecodeLayersKernel<T, 128, false, true> : DecodeLayersKernel<T, 128, false, false>),
+           PlanRing<T, 128>);
   });
   return ok;
 }
