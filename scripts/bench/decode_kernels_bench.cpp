@@ -118,6 +118,19 @@ int main(int argc, char** argv) {
     std::printf("%-26s %8.2f MB  fused %8.2f us (%5.2f TB/s)\n", "norm + LM head, DecodeHead", head.nbytes() / 1e6,
                 us, head.nbytes() / us / 1e6);
   }
+  // The batch-1 LM head of a normed row (HeadRow: the head streamed once,
+  // evict-first), the persistent decode's head at batch 1. Timed back to back
+  // as cuBLAS's GEMV above: the launches overlap (programmatic dependent
+  // launch) as they do after the persistent kernel.
+  if (model::HeadRowFits(x.narrow(0, 0, 1), gemvs.back().parts[0].weight)) {
+    const at::Tensor& head = gemvs.back().parts[0].weight;
+    const at::Tensor row = x.narrow(0, 0, 1).contiguous();
+    const double us = MeanMicros([&] { model::HeadRow(row, head); }, iters);
+    rows.push_back({{"kernel", "LM head, HeadRow (1 row)"}, {"weight_mb", head.nbytes() / 1e6}, {"fused_us", us},
+                    {"fused_tb_s", head.nbytes() / us / 1e6}});
+    std::printf("%-26s %8.2f MB  fused %8.2f us (%5.2f TB/s)\n", "LM head, HeadRow (1 row)", head.nbytes() / 1e6, us,
+                head.nbytes() / us / 1e6);
+  }
   // Attention over `span` cached positions per row.
   const int64_t max_len = span + 8;
   at::Tensor qkv = at::randn({batch, (heads + 2 * kv) * hd}, bf16);

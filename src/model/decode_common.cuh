@@ -1,12 +1,15 @@
 // Device code shared by the per-layer decode kernels (decode_kernels.cu),
 // the persistent decode kernel (decode_layers.cu) and the LM head
-// (head_kernels.cu): the attention warps' barrier, coherent activation loads,
-// the weight row of a GEMV output, the evict-first L2 policy, the tensor
-// cores' m16n8k16 product. Internal to the model component; nvcc only.
+// (head_kernels.cu): the attention warps' barrier, the launch that lets a
+// kernel start while the one before it ends, coherent activation loads, the
+// weight row of a GEMV output, the evict-first L2 policy, the tensor cores'
+// m16n8k16 product. Internal to the model component; nvcc only.
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "decode_kernels.h"
 #include "kernel_util.cuh"
@@ -24,6 +27,33 @@ __device__ inline void SyncAttentionThreads() { asm volatile("bar.sync 1, %0;" :
 // The largest shared-memory carveout for a decode kernel and, over 48 KB of
 // dynamic shared memory, the opt-in (decode_kernels.cu).
 void ConfigureDecodeKernel(const void* kernel, int64_t dynamic_shared_bytes);
+
+// Launches with programmatic stream serialisation where the device has it
+// (compute capability 9.0 and later).
+template <typename... Params, typename... Args>
+void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                     Args... args) {
+  // CUDA_AGENT_DECODE_PDL=0 turns it off, so that a profile shows each
+  // kernel's own time rather than time spent waiting for the previous one.
+  static const bool pdl = [] {
+    int device = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    const char* env = std::getenv("CUDA_AGENT_DECODE_PDL");
+    return major >= 9 && !(env && std::string(env) == "0");
+  }();
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, args...);
+}
 
 // Loads of activations through L2 (__ldcg): other blocks of a persistent
 // kernel may have written them since this SM's L1 last saw the line.

@@ -410,33 +410,6 @@ __global__ void __launch_bounds__(kAttentionWarps * 32) DecodeAttentionKernel(De
 
 }  // namespace
 
-// Launches with programmatic stream serialisation where the device has it
-// (compute capability 9.0 and later).
-template <typename... Params, typename... Args>
-void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                     Args... args) {
-  // CUDA_AGENT_DECODE_PDL=0 turns it off, so that a profile shows each
-  // kernel's own time rather than time spent waiting for the previous one.
-  static const bool pdl = [] {
-    int device = 0, major = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    const char* env = std::getenv("CUDA_AGENT_DECODE_PDL");
-    return major >= 9 && !(env && std::string(env) == "0");
-  }();
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = pdl ? 1 : 0;
-  cudaLaunchKernelEx(&config, kernel, args...);
-}
-
 // Every decode kernel asks for the largest shared-memory carveout: an SM
 // configured for one kernel then takes blocks of the next without draining
 // (programmatic dependent launch needs both resident). Over 48 KB of dynamic

@@ -83,6 +83,22 @@ struct HeadLogitsArgs {
 bool HeadLogitsFit(Dtype dtype, int64_t rows, int64_t hidden);
 int HeadLogits(Dtype dtype, const HeadLogitsArgs& args, cudaStream_t stream);
 
+// out [1, vocab] = x [1, hidden] against head [vocab, hidden]: the LM head
+// of one row, already normed (the persistent kernel's output), the head
+// streamed once under an evict-first L2 policy; launched so that it starts
+// as the kernel before it ends (programmatic dependent launch). 16-bit
+// types, Hopper or later, one or two rows of the head 2 to 3.5 KB and a
+// multiple of 512 bytes (HeadRowFits: Qwen2.5-0.5B's and 1.5B's heads, not
+// a hidden of 2048), x and head 16-byte aligned.
+struct HeadRowArgs {
+  const void* x = nullptr;
+  const void* head = nullptr;
+  void* out = nullptr;
+  int64_t hidden = 0, vocab = 0;
+};
+bool HeadRowFits(Dtype dtype, int64_t hidden, int64_t vocab);
+int HeadRow(Dtype dtype, const HeadRowArgs& args, cudaStream_t stream);
+
 // ---- Decode: every layer of a step in one persistent kernel ----
 constexpr int kDecodeMaxLayers = 64;
 
@@ -125,7 +141,9 @@ struct DecodeLayersArgs {
   const void* final_norm = nullptr;
   int64_t vocab = 0;
   // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim]; the residual
-  // stream in fp32, two copies of [batch, hidden] each: attn_sum after the
+  // stream in fp32, two copies of [batch, hidden] each (each copy
+  // DecodeLayersSumFloats floats, its groups of four elements spread out,
+  // decode_layers.cu's SumIndex): attn_sum after the
   // attention (to which the o projection is added), h_sum after the MLP (to
   // which the down projection is added); partial as for DecodeAttention,
   // over DecodeLayersAttentionChunks(batch, span, head_dim) chunks (none
@@ -161,6 +179,8 @@ constexpr int64_t DecodeTimelineSize(int64_t layers, int64_t blocks) { return 27
 bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
                      int64_t heads, int64_t kv_heads, int64_t head_dim);
 int64_t DecodeLayersAttentionChunks(int64_t batch, int64_t span, int64_t head_dim);
+// The floats of one copy of the residual stream's fp32 sums of `rows` rows.
+int64_t DecodeLayersSumFloats(int64_t rows, int64_t hidden);
 // The persistent kernel's blocks: one per SM of the current device.
 int64_t DecodeLayersBlocks();
 int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream);

@@ -196,6 +196,40 @@ bool DecodeHeadFits(const at::Tensor& h, const at::Tensor& head) {
 #endif
 }
 
+bool HeadRowFits(const at::Tensor& x, const at::Tensor& head) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  return Fusable(x) && x.scalar_type() != at::kFloat && x.dim() == 2 && x.size(0) == 1 && head.dim() == 2 &&
+         head.scalar_type() == x.scalar_type() && head.size(1) == x.size(1) && head.device() == x.device() &&
+         kernels::HeadRowFits(KernelDtype(x), x.size(1), head.size(0));
+#else
+  return false;
+#endif
+}
+
+at::Tensor HeadRow(const at::Tensor& x, const at::Tensor& head, at::Tensor* out) {
+#ifdef CUDA_AGENT_WITH_FUSED_KERNELS
+  TORCH_CHECK(HeadRowFits(x, head), "HeadRow: x ", x.sizes(), " (", x.scalar_type(), ", ", x.device(), ") and head ",
+              head.sizes(), " (", head.scalar_type(), ") do not fit the kernel (HeadRowFits)");
+  const at::Tensor xc = x.contiguous(), w = head.contiguous();
+  at::Tensor y = out ? *out : at::empty({1, head.size(0)}, x.options());
+  TORCH_CHECK(y.is_contiguous() && y.size(0) == 1 && y.size(1) == head.size(0) && y.scalar_type() == x.scalar_type(),
+              "HeadRow: out ", y.sizes(), " for logits [1, ", head.size(0), "]");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(xc.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0,
+              "HeadRow: x and head must be 16-byte aligned");
+  kernels::HeadRowArgs a;
+  a.x = xc.data_ptr();
+  a.head = w.data_ptr();
+  a.out = y.data_ptr();
+  a.hidden = x.size(1);
+  a.vocab = head.size(0);
+  Check(kernels::HeadRow(KernelDtype(x), a, Stream(x)), "LM head row");
+  return y;
+#else
+  (void)x, (void)head, (void)out;
+  TORCH_CHECK(false, "HeadRow: built without the fused CUDA kernels");
+#endif
+}
+
 at::Tensor DecodeHead(const at::Tensor& h, const at::Tensor& norm_weight, double eps, const at::Tensor& head,
                       at::Tensor* out) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
@@ -410,10 +444,11 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   // One zeroed buffer of 64-bit words, its parts 16-byte aligned: the
   // barrier's count (two words); the tagged partials and q/k/v outputs, a
   // word a value; the residual stream's fp32 sums after the attention and
-  // after the MLP, two copies of [B, hidden] each, two floats a word (the
-  // first copy of the first must start at zero).
+  // after the MLP, two copies of [B, hidden] each (spread out), two floats a
+  // word (the first copy of the first must start at zero).
   const int64_t partials = AttentionPartialValues(B, kv_heads, kernels::DecodeLayersAttentionChunks(B, span, hd), hd);
-  const int64_t qkv_values = B * (heads + 2 * kv_heads) * hd, copies = 2 * B * hidden;  // floats of a sum's copies
+  const int64_t qkv_values = B * (heads + 2 * kv_heads) * hd,
+                copies = 2 * kernels::DecodeLayersSumFloats(B, hidden);  // floats of a sum's two copies
   at::Tensor zeroed = at::zeros({2 + partials + qkv_values + copies}, h.options().dtype(at::kLong));
   int64_t* base = zeroed.data_ptr<int64_t>();
   a.barrier = reinterpret_cast<unsigned*>(base);

@@ -96,6 +96,106 @@ __global__ void __launch_bounds__(kHeadWarps * 32, kHeadBlocksPerSm) HeadLogitsK
   }
 }
 
+// ---- Batch 1: the head as one stream (HeadRow) ----
+//
+// The head read as spans of P whole rows (P = 1 or 2) that are L whole
+// warp-wide loads of 16 bytes a lane (P * hidden * 2 = 512 L bytes): each
+// load is 512 contiguous bytes, a warp's L loads of a span one contiguous
+// run, and the warps' spans interleaved over the matrix. A lane's chunks sit
+// at the same columns of every span (the input's chunks come from shared
+// memory); those of a span's second row add to a second sum. The next
+// span's loads are issued before the products of this one, the weights
+// under an evict-first L2 policy (read once a step; cuBLAS's GEMV leaves
+// L2's default policy, which pushes the persistent kernel's code, keys and
+// values out of L2 between steps). Launched as the persistent kernel's
+// dependent: its blocks take the SMs as that kernel's leave and issue their
+// first loads before they wait for its end (cudaGridDependencySynchronize),
+// which the input needs.
+constexpr int kRowWarps = 8;
+constexpr int kRowBlocksPerSm = 2;  // 16 warps an SM: at most 128 registers a thread, 7 loads a span
+constexpr int kRowMaxHidden = 1792;  // 7 loads a span of one row
+
+// The 8 products of a chunk of weights w and the input's elements x at its
+// columns, in fp32: each 32-bit word two elements.
+__device__ inline float2 Pair(uint32_t u, __nv_bfloat16) {
+  return {__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u)};
+}
+__device__ inline float2 Pair(uint32_t u, __half) {
+  __half2 h;
+  memcpy(&h, &u, 4);
+  return __half22float2(h);
+}
+template <typename T>
+__device__ inline float ChunkDot(const uint4& w, const uint4& x, T) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
+  float d[2] = {};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 a = Pair(ws[e], T{}), b = Pair(xs[e], T{});
+    d[0] = fmaf(a.x, b.x, d[0]);
+    d[1] = fmaf(a.y, b.y, d[1]);
+  }
+  return d[0] + d[1];
+}
+
+template <typename T, int L>
+__global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) HeadRowKernel(HeadRowArgs a) {
+  __shared__ uint4 xs[kRowMaxHidden / 8];  // the input, 16 bytes a chunk
+  const int lane = threadIdx.x % 32, per_row = static_cast<int>(a.hidden / 8);  // chunks of 16 bytes a row
+  const int P = 32 * L / per_row;
+  const int64_t spans = a.vocab / P, warps = static_cast<int64_t>(gridDim.x) * kRowWarps;
+  const uint4* head = static_cast<const uint4*>(a.head) + lane;
+  const uint64_t policy = EvictFirst();
+  auto load = [&](uint4(&w)[L], int64_t s) {
+#pragma unroll
+    for (int i = 0; i < L; ++i) w[i] = LoadStreamed(head + (s * L + i) * 32, policy);
+  };
+  int64_t s = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  uint4 w0[L], w1[L];
+  if (s < spans) load(w0, s);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();  // the input is the kernel's before
+#endif
+#pragma unroll 1
+  for (int c = threadIdx.x; c < per_row; c += kRowWarps * 32) xs[c] = static_cast<const uint4*>(a.x)[c];
+  __syncthreads();
+  T* out = static_cast<T*>(a.out);
+  auto take = [&](const uint4(&w)[L], int64_t span) {
+    float first = 0, last = 0;  // the span's rows (selects, not an index: the sums stay in registers)
+#pragma unroll
+    for (int i = 0; i < L; ++i) {
+      const int c = 32 * i + lane;
+      const bool second = c >= per_row;  // of the span's second row
+      const float d = ChunkDot(w[i], xs[second ? c - per_row : c], T{});
+      if (second)
+        last += d;
+      else
+        first += d;
+    }
+    first = WarpSum(first);
+    if (P == 2) last = WarpSum(last);
+    if (lane == 0) {
+      out[span * P] = FromFloat<T>(first);
+      if (P == 2) out[span * P + 1] = FromFloat<T>(last);
+    }
+  };
+  for (; s < spans; s += 2 * warps) {
+    if (s + warps < spans) load(w1, s + warps);
+    take(w0, s);
+    if (s + warps >= spans) break;
+    if (s + 2 * warps < spans) load(w0, s + 2 * warps);
+    take(w1, s + warps);
+  }
+}
+
+// Loads of 16 bytes a span (L), or 0 where no kernel takes the shape: spans
+// of one or two rows, 4 to 7 loads long (8 spill registers).
+int64_t HeadRowLoads(int64_t hidden, int64_t vocab, int64_t elem) {
+  if (hidden <= 0 || (hidden * elem % 512 != 0 && hidden * elem * 2 % 512 != 0)) return 0;
+  const int64_t rows = hidden * elem % 512 == 0 ? 1 : 2, loads = rows * hidden * elem / 512;
+  return vocab % rows == 0 && loads >= 4 && loads <= 7 ? loads : 0;
+}
+
 // The shared memory a block may opt in to; 0 before Ampere (mma.sync on
 // 16-bit types). Asked once: the calls may come while a CUDA graph is being
 // captured.
@@ -111,6 +211,37 @@ int SharedOptin() {
 }
 
 }  // namespace
+
+bool HeadRowFits(Dtype dtype, int64_t hidden, int64_t vocab) {
+  static const bool hopper = [] {
+    int device = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    return major >= 9;
+  }();
+  return hopper && dtype != Dtype::kFloat && vocab > 0 && HeadRowLoads(hidden, vocab, 2) > 0;
+}
+
+int HeadRow(Dtype dtype, const HeadRowArgs& args, cudaStream_t stream) {
+  if (!HeadRowFits(dtype, args.hidden, args.vocab)) return static_cast<int>(cudaErrorInvalidValue);
+  return Dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      const int64_t L = HeadRowLoads(args.hidden, args.vocab, 2), rows = 32 * L / (args.hidden / 8);
+      const int64_t spans = args.vocab / rows;
+      const dim3 grid(static_cast<unsigned>(
+          std::min(MultiprocessorCount() * kRowBlocksPerSm, (spans + kRowWarps - 1) / kRowWarps)));
+      const dim3 block(kRowWarps * 32);
+      auto launch = [&](auto kernel) { LaunchDependent(kernel, grid, block, 0, stream, args); };
+      switch (L) {
+        case 4: launch(HeadRowKernel<T, 4>); break;
+        case 5: launch(HeadRowKernel<T, 5>); break;
+        case 6: launch(HeadRowKernel<T, 6>); break;
+        default: launch(HeadRowKernel<T, 7>); break;
+      }
+    }
+  });
+}
 
 bool HeadLogitsFit(Dtype dtype, int64_t rows, int64_t hidden) {
   return dtype != Dtype::kFloat && rows >= 1 && rows <= kDecodeMaxRows && hidden > 0 && hidden % 32 == 0 &&

@@ -444,7 +444,9 @@ at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor
     at::Tensor h = at::empty({ids.size(0), c.hidden_size}, embedding.options());  // [B, hidden], its output
     PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads,
                      c.intermediate_size, span, {}, ids, embedding, m.P("model.norm.weight"));
-    return m.HeadLogits(h, logits);  // h normed in the kernel
+    // h normed in the kernel; at batch 1 the head as its dependent (HeadRow).
+    if (HeadRowFits(h, m.Head())) return HeadRow(h, m.Head(), logits);
+    return m.HeadLogits(h, logits);
   }
   at::Tensor h = at::embedding(embedding, ids.view({-1})).contiguous();  // [B, hidden]
   PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads, c.intermediate_size,

@@ -6,9 +6,11 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -279,6 +281,46 @@ TEST(FusedOpsGpuTest, CopyToPinnedWritesThroughTheMapping) {
   EXPECT_TRUE(at::equal(dst, src.cpu()));
   at::Tensor pageable = at::empty({2, 300});
   EXPECT_THROW(CopyToPinned(src, pageable), c10::Error);
+}
+
+// The batch-1 LM head (HeadRow) against the same product in fp64: heads
+// whose spans are two rows (hidden 896, 7 loads; 640, 5) and one (1024, 4;
+// 1536, 6), vocabularies that are no multiple of the warps' spans, bf16 and
+// fp16, into a given output too; shapes it does not take are refused.
+TEST(FusedOpsGpuTest, HeadRowMatchesTheProductInFp64) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  at::manual_seed(0);
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    const auto on = at::TensorOptions().device(kGpu).dtype(dtype);
+    for (auto [hidden, vocab] : {std::pair<int64_t, int64_t>{896, 151936}, {896, 1000 + 14}, {640, 4098},
+                                 {1024, 3001}, {1536, 3001}}) {
+      const std::string what = std::string(c10::toString(dtype)) + " hidden " + std::to_string(hidden) + " vocab " +
+                               std::to_string(vocab);
+      at::Tensor head = (at::randn({vocab, hidden}) * 0.05).to(on), x = (at::randn({1, hidden}) * 2).to(on);
+      if (major < 9) {
+        EXPECT_FALSE(HeadRowFits(x, head)) << what << ": Hopper only";
+        continue;
+      }
+      ASSERT_TRUE(HeadRowFits(x, head)) << what;
+      at::Tensor want = at::matmul(x.to(at::kDouble), head.to(at::kDouble).t());
+      at::Tensor got = HeadRow(x, head);
+      ASSERT_EQ(got.scalar_type(), dtype) << what;
+      ExpectNear(got, want, 2e-2, 1e-2, what);  // one rounding of each logit to 16 bits
+      at::Tensor out = at::full({1, vocab}, -7.0, on);
+      HeadRow(x, head, &out);
+      EXPECT_TRUE(at::equal(out, got)) << what << ": into a given output";
+    }
+  }
+  const auto bf16 = at::TensorOptions().device(kGpu).dtype(at::kBFloat16);
+  EXPECT_FALSE(HeadRowFits(at::zeros({2, 896}, bf16), at::zeros({1000, 896}, bf16)));    // two rows
+  EXPECT_FALSE(HeadRowFits(at::zeros({1, 896}, bf16), at::zeros({1001, 896}, bf16)));    // an odd vocabulary of pairs
+  EXPECT_FALSE(HeadRowFits(at::zeros({1, 2048}, bf16), at::zeros({1000, 2048}, bf16)));  // 8 loads a span
+  EXPECT_FALSE(HeadRowFits(at::zeros({1, 320}, bf16), at::zeros({1000, 320}, bf16)));    // pairs of 1280 bytes
+  EXPECT_FALSE(HeadRowFits(at::zeros({1, 896}, bf16.dtype(at::kFloat)),
+                           at::zeros({1000, 896}, bf16.dtype(at::kFloat))));  // fp32
+  EXPECT_THROW(HeadRow(at::zeros({2, 896}, bf16), at::zeros({1000, 896}, bf16)), c10::Error);
 }
 
 // The LM head kernel against the same norm and product in fp64 from the

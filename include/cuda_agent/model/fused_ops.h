@@ -90,6 +90,17 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
                            at::Tensor& v_cache, int64_t heads, int64_t kv_heads, int64_t span,
                            const at::Tensor& counters);
 
+// The LM head of one normed row (the persistent decode's output at batch 1):
+// logits [1, vocab] of x [1, hidden] against head [vocab, hidden], into *out
+// where given ([1, vocab], contiguous). The head is streamed once under an
+// evict-first L2 policy, and the kernel starts as the one before it ends
+// (programmatic dependent launch), so its first loads are in flight before
+// x is ready. HeadRowFits: Hopper, bf16 or fp16, one row, a head whose rows
+// (or pairs of rows) are 2 to 3.5 KB in multiples of 512 bytes (Qwen2.5's
+// 0.5B and 1.5B heads).
+bool HeadRowFits(const at::Tensor& x, const at::Tensor& head);
+at::Tensor HeadRow(const at::Tensor& x, const at::Tensor& head, at::Tensor* out = nullptr);
+
 // The final RMSNorm and the LM head of a decode step in one kernel: logits
 // [B, vocab] of h [B, hidden] against head [vocab, hidden], into *out where
 // given ([B, vocab], contiguous). The head is read once, under an evict-first
