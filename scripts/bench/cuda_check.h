@@ -1,6 +1,7 @@
 // What the CUDA-only benchmarks (sync_latency_bench, l2_fanout_bench,
-// icache_bench) share: CHECK(call), with which a failed CUDA runtime call
-// prints where and why, and exits; IterationsFlag, their one flag.
+// icache_bench, launch_params_bench, reduce_spread_bench) share:
+// CHECK(call), with which a failed CUDA runtime call prints where and why,
+// and exits; IterationsFlag, their one flag.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -22,6 +22,9 @@
 # into OUT_DIR/logs.tar.gz (one file: the GPU host's tool brings back only
 # so many). scripts/bench/floor/ holds timing-only patches (the kernel with
 # no waits on other blocks, with no weight copies) for the kernel's floors.
+# Time on a machine just started: one patch with --e2e --test and 3 rounds
+# took 324 s on an H200; two patches ran past the device's 600 s a command
+# on an H100 (three full builds at once), so give a cold machine one patch.
 set -euo pipefail
 patches=()
 while [ $# -gt 0 ] && [ -f "$1" ]; do

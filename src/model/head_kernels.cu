@@ -115,8 +115,7 @@ constexpr int kRowWarps = 8;
 constexpr int kRowBlocksPerSm = 2;  // 16 warps an SM: at most 128 registers a thread, 7 loads a span
 constexpr int kRowMaxHidden = 1792;  // 7 loads a span of one row
 
-// The 8 products of a chunk of weights w and the input's elements x at its
-// columns, in fp32: each 32-bit word two elements.
+// A 32-bit word's two 16-bit elements in fp32.
 __device__ inline float2 Pair(uint32_t u, __nv_bfloat16) {
   return {__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u)};
 }
@@ -125,6 +124,8 @@ __device__ inline float2 Pair(uint32_t u, __half) {
   memcpy(&h, &u, 4);
   return __half22float2(h);
 }
+// The 8 products of a chunk of weights w and the input's elements x at its
+// columns, in fp32.
 template <typename T>
 __device__ inline float ChunkDot(const uint4& w, const uint4& x, T) {
   const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) HeadRowKernel
 }
 
 // Loads of 16 bytes a span (L), or 0 where no kernel takes the shape: spans
-// of one or two rows, 4 to 7 loads long (8 spill registers).
+// of one or two rows, 4 to 7 loads long (at 8 the registers spill).
 int64_t HeadRowLoads(int64_t hidden, int64_t vocab, int64_t elem) {
   if (hidden <= 0 || (hidden * elem % 512 != 0 && hidden * elem * 2 % 512 != 0)) return 0;
   const int64_t rows = hidden * elem % 512 == 0 ? 1 : 2, loads = rows * hidden * elem / 512;
