@@ -1,7 +1,7 @@
 // What the CUDA-only benchmarks (sync_latency_bench, l2_fanout_bench,
 // icache_bench, launch_params_bench, reduce_spread_bench) share:
 // CHECK(call), with which a failed CUDA runtime call prints where and why,
-// and exits; IterationsFlag, their one flag.
+// and exits; IterationsFlag, their one flag; EventMillis, their clock.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,4 +29,22 @@ inline int IterationsFlag(int argc, char** argv, int fallback) {
     std::exit(2);
   }
   return iters;
+}
+
+// Milliseconds the GPU takes for what work() queues on the default stream,
+// between two CUDA events.
+template <typename Work>
+float EventMillis(Work&& work) {
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  CHECK(cudaEventRecord(start));
+  work();
+  CHECK(cudaEventRecord(stop));
+  CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  return ms;
 }

@@ -96,23 +96,15 @@ __global__ void __launch_bounds__(288, 1) Loop(int step, int reps, unsigned a, u
 
 template <int kChunks, bool kShuffled>
 void Time(int sms, int reps, unsigned* out) {
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
   Loop<kChunks, kShuffled><<<sms, 288>>>(37, 1, 3, out);  // warm-up
-  CHECK(cudaEventRecord(start));
-  Loop<kChunks, kShuffled><<<sms, 288>>>(37, reps, 3, out);
-  CHECK(cudaGetLastError());
-  CHECK(cudaEventRecord(stop));
-  CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  const float ms = EventMillis([&] {
+    Loop<kChunks, kShuffled><<<sms, 288>>>(37, reps, 3, out);
+    CHECK(cudaGetLastError());
+  });
   // Per warp-instruction of the pieces: 9 warps share an SM's 4 schedulers.
   const double ns = ms * 1e6 / (static_cast<double>(reps) * kChunks * kPieceOps);
   std::printf("%-9s %4d KB of pieces  %7.3f ns per piece instruction (all 9 warps)\n",
               kShuffled ? "shuffled" : "in order", kChunks * kPieceOps * 16 / 1024, ns);
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
 }
 
 template <int... kChunks>

@@ -46,18 +46,10 @@ double PerLaunch(int iters, bool cooperative, int blocks, int* out) {
   config.numAttrs = cooperative ? 1 : 0;
   auto launch = [&] { CHECK(cudaLaunchKernelEx(&config, kernel, params, out)); };
   for (int i = 0; i < 10; ++i) launch();
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iters; ++i) launch();
-  CHECK(cudaEventRecord(stop));
-  CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  return 1000.0 * ms / iters;
+  return 1000.0 * EventMillis([&] {
+           for (int i = 0; i < iters; ++i) launch();
+         }) /
+         iters;
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 // FoldDown's AddStaged), arrives on a grid barrier (a release), and once all
 // have, reads the sums back through L2 (as the next layer's LoadInput). A
 // round is that, timed over many rounds of one launch; the sums' groups of
-// four elements are 16, 32 or 128 bytes apart (the kernel's kSumStride 4, 8
-// or 32 floats): L2 takes the reductions into one line one after another,
-// and dense, 896 sums are 28 lines, each with 8 reductions from every block.
+// four elements are 16 (the kernel's layout), 32 or 128 bytes apart: L2
+// takes the reductions into one line one after another, and dense, 896 sums
+// are 28 lines, each with 8 reductions from every block.
 //
 //   reduce_spread_bench [--iters N]
 #include <cuda_runtime.h>
@@ -53,29 +53,17 @@ __global__ void AllReduceKernel(float* sums, unsigned* counter, float* out, int 
 
 template <int kStride>
 double PerRound(int iters, int blocks, float* sums, unsigned* counter, float* out) {
-  const int rounds = iters;
-  auto run = [&] {
-    CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
-    void* args[] = {&sums, &counter, &out, const_cast<int*>(&rounds)};
+  int rounds = iters;
+  void* args[] = {&sums, &counter, &out, &rounds};
+  auto run = [&] {  // the count starts at zero: the kernel's targets are rounds * blocks
     CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(AllReduceKernel<kStride>), dim3(blocks),
                                       dim3(kThreads), args, 0, nullptr));
   };
-  run();  // warm-up
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
   CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
-  CHECK(cudaEventRecord(start));
-  void* args[] = {&sums, &counter, &out, const_cast<int*>(&rounds)};
-  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(AllReduceKernel<kStride>), dim3(blocks), dim3(kThreads),
-                                    args, 0, nullptr));
-  CHECK(cudaEventRecord(stop));
-  CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  return 1000.0 * ms / rounds;
+  run();  // warm-up
+  CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
+  CHECK(cudaDeviceSynchronize());
+  return 1000.0 * EventMillis(run) / rounds;
 }
 
 }  // namespace

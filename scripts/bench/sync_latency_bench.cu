@@ -165,18 +165,7 @@ template <typename Launch>
 double MicrosPerRound(int rounds, Launch&& launch) {
   CHECK(launch(10));
   CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  CHECK(cudaEventRecord(start));
-  CHECK(launch(rounds));
-  CHECK(cudaEventRecord(stop));
-  CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  return ms * 1e3 / rounds;
+  return EventMillis([&] { CHECK(launch(rounds)); }) * 1e3 / rounds;
 }
 
 }  // namespace

@@ -141,9 +141,7 @@ struct DecodeLayersArgs {
   const void* final_norm = nullptr;
   int64_t vocab = 0;
   // Work space: qkv [batch, (heads + 2 kv_heads) * head_dim]; the residual
-  // stream in fp32, two copies of [batch, hidden] each (each copy
-  // DecodeLayersSumFloats floats, its groups of four elements spread out,
-  // decode_layers.cu's SumIndex): attn_sum after the
+  // stream in fp32, two copies of [batch, hidden] each: attn_sum after the
   // attention (to which the o projection is added), h_sum after the MLP (to
   // which the down projection is added); partial as for DecodeAttention,
   // over DecodeLayersAttentionChunks(batch, span, head_dim) chunks (none
@@ -179,8 +177,6 @@ constexpr int64_t DecodeTimelineSize(int64_t layers, int64_t blocks) { return 27
 bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
                      int64_t heads, int64_t kv_heads, int64_t head_dim);
 int64_t DecodeLayersAttentionChunks(int64_t batch, int64_t span, int64_t head_dim);
-// The floats of one copy of the residual stream's fp32 sums of `rows` rows.
-int64_t DecodeLayersSumFloats(int64_t rows, int64_t hidden);
 // The persistent kernel's blocks: one per SM of the current device.
 int64_t DecodeLayersBlocks();
 int DecodeLayers(Dtype dtype, const DecodeLayersArgs& args, cudaStream_t stream);

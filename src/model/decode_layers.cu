@@ -156,17 +156,6 @@ __device__ inline void TensorCopy(void* dst, const CUtensorMap* map, int col, in
       : "memory");
 #endif
 }
-// The fp32 sums of the residual stream (AttnSum, HSum) hold each group of
-// four elements, one vector reduction (RedAddFour), kSumStride floats apart:
-// a 128-byte line each. Every block adds into every element of HSum
-// (FoldDown), and L2 takes the reductions into one line one after another:
-// dense, Qwen2.5-0.5B's 896 sums are 28 lines of 1056 reductions each.
-constexpr int kSumStride = 4;
-__host__ __device__ constexpr int64_t SumIndex(int64_t e) {
-  if constexpr (kSumStride == 4) return e;  // dense: no index arithmetic on the layer's path
-  return e / 4 * kSumStride + e % 4;
-}
-
 // *p += v, four floats at once, in L2 (16-byte aligned p).
 __device__ inline void RedAddFour(float* p, float4 v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -305,7 +294,7 @@ __device__ __noinline__ void AddStaged(const float* staged, int tile_rows, int r
   for (int b = 0; b < Rows<kOne>(batch); ++b)
 #pragma unroll 1
     for (int e = threadIdx.x * 4; e < rows; e += kThreads * 4)
-      RedAddFour(to + SumIndex(b * hidden + e), *reinterpret_cast<const float4*>(staged + b * tile_rows + e));
+      RedAddFour(to + b * hidden + e, *reinterpret_cast<const float4*>(staged + b * tile_rows + e));
 }
 
 // The GPU's clock in ns (%globaltimer), one for every SM.
@@ -334,24 +323,9 @@ __device__ inline void GridBarrier(unsigned* counter, unsigned target, unsigned 
 // two copies by the layer's parity, so that a layer's sums start while
 // other blocks still read the last layer's (no grid barrier after q/k/v).
 __device__ inline float* AttnSum(const DecodeLayersArgs& a, int64_t l) {
-  return a.attn_sum + l % 2 * SumIndex(a.batch * a.hidden);
+  return a.attn_sum + l % 2 * a.batch * a.hidden;
 }
-__device__ inline float* HSum(const DecodeLayersArgs& a, int64_t l) {
-  return a.h_sum + l % 2 * SumIndex(a.batch * a.hidden);
-}
-// Elements [e, e + V) of sums (SumIndex's layout; e a multiple of 4)
-// through L2, rounded to T.
-template <typename T, int V>
-__device__ inline Pack<T, V> RoundSums(const float* sums, int64_t e) {
-  Pack<T, V> r;
-#pragma unroll
-  for (int i = 0; i < V; i += 4) {
-    const float4 f = __ldcg(reinterpret_cast<const float4*>(sums + SumIndex(e + i)));
-    r.v[i] = FromFloat<T>(f.x), r.v[i + 1] = FromFloat<T>(f.y), r.v[i + 2] = FromFloat<T>(f.z),
-    r.v[i + 3] = FromFloat<T>(f.w);
-  }
-  return r;
-}
+__device__ inline float* HSum(const DecodeLayersArgs& a, int64_t l) { return a.h_sum + l % 2 * a.batch * a.hidden; }
 
 // The GEMV of stage s of `layer` and its output rows n.
 __device__ inline DecodeGemvArgs StageGemv(const DecodeLayersArgs& a, int s, const DecodeLayer& layer, int64_t* n) {
@@ -565,7 +539,7 @@ __device__ inline void PassOn(const Pack<T, V>& v, int e, int k, float* stream, 
   for (int i = 0; i < V; ++i) f[i] = ToFloat(v.v[i]) + (b ? ToFloat(b[i]) : 0.f);
 #pragma unroll
   for (int i = 0; i < V; i += 4) {
-    RedAddFour(stream + SumIndex(e + i), {f[i], f[i + 1], f[i + 2], f[i + 3]});
+    RedAddFour(stream + e + i, {f[i], f[i + 1], f[i + 2], f[i + 3]});
   }
 }
 
@@ -602,7 +576,7 @@ __device__ __noinline__ void LoadInput(const T* x, const float* sum, const T* no
   const int packs = batch * k / V;
   float ss[R] = {};
   for (int i = threadIdx.x; i < packs; i += kThreads) {
-    Pack<T, V> v = sum ? RoundSums<T, V>(sum, i * V) : LoadPackCoherent<T, V>(x + i * V);
+    Pack<T, V> v = sum ? RoundPackCoherent<T, V>(sum + i * V) : LoadPackCoherent<T, V>(x + i * V);
     const int col = kOne ? i * V : i * V % k, b = kOne ? 0 : i * V / k;  // the pack's place: row b, column col
     const Pack<T, V> w = *reinterpret_cast<const Pack<T, V>*>(norm + col);
     if (stream && i >= share0 && i < share1) PassOn<T, V>(v, i * V, k, stream, bias);
@@ -1389,7 +1363,7 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l
     __syncwarp();
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     SyncAttentionThreads();
-    AddStaged<kOne>(c.red, tile_rows, rows, batch, HSum(a, l) + SumIndex(r0), hidden);
+    AddStaged<kOne>(c.red, tile_rows, rows, batch, HSum(a, l) + r0, hidden);
     if (r0 + tile_rows < hidden) SyncAttentionThreads();  // c.red is free for the next tile
     clock.Lap(2);
   }
@@ -1462,7 +1436,7 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     SyncAttentionThreads();
     clock.Lap(2);
-    AddStaged<kOne>(c.red, tile_rows, rows, batch, AttnSum(a, l) + SumIndex(r), hidden);
+    AddStaged<kOne>(c.red, tile_rows, rows, batch, AttnSum(a, l) + r, hidden);
     if (r + tile_rows < r1) SyncAttentionThreads();  // c.red is free for the next tile
     clock.Lap(3);
   }
@@ -1503,12 +1477,12 @@ __device__ __noinline__ void StoreOutput(const DecodeLayersArgs& a, float* squar
   const float* sums = HSum(a, a.num_layers - 1);
   if (!a.final_norm) {
     for (int i = blockIdx.x * kThreads + threadIdx.x; i < packs; i += gridDim.x * kThreads)
-      *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(a.h) + i * V) = RoundSums<T, V>(sums, i * V);
+      *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(a.h) + i * V) = RoundPackCoherent<T, V>(sums + i * V);
     return;
   }
   float ss[R] = {};
   for (int i = threadIdx.x; i < packs; i += kThreads) {
-    const Pack<T, V> v = RoundSums<T, V>(sums, i * V);
+    const Pack<T, V> v = RoundPackCoherent<T, V>(sums + i * V);
     float s = 0;
 #pragma unroll
     for (int e = 0; e < V; ++e) s += ToFloat(v.v[e]) * ToFloat(v.v[e]);
@@ -1529,7 +1503,7 @@ __device__ __noinline__ void StoreOutput(const DecodeLayersArgs& a, float* squar
     float total = 0;
     for (int j = 0; j < kWarps; ++j) total += squares[j * R + b];
     const float rstd = rsqrtf(total / static_cast<float>(k) + a.eps);
-    Pack<T, V> v = RoundSums<T, V>(sums, i * V);
+    Pack<T, V> v = RoundPackCoherent<T, V>(sums + i * V);
 #pragma unroll
     for (int e = 0; e < V; ++e) v.v[e] = FromFloat<T>(ToFloat(v.v[e]) * rstd * ToFloat(w[e0 + e]));
     *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(a.h) + i * V) = v;
@@ -1634,7 +1608,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       const T* bias = static_cast<const T*>(layers[l].down.bias);
       float *h_sum = HSum(a, l), *attn_sum = AttnSum(a, l + 1);
       for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < batch * a.hidden; i += gridDim.x * kThreads)
-        h_sum[SumIndex(i)] = bias ? ToFloat(bias[i % a.hidden]) : 0.f, attn_sum[SumIndex(i)] = 0.f;
+        h_sum[i] = bias ? ToFloat(bias[i % a.hidden]) : 0.f, attn_sum[i] = 0.f;
     }
     for (int64_t i = AttendsInFold(batch, HD) ? items : blockIdx.x; i < items; i += gridDim.x) {
       const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
@@ -1860,8 +1834,6 @@ int64_t DecodeLayersAttentionChunks(int64_t batch, int64_t span, int64_t head_di
 }
 
 int64_t DecodeLayersBlocks() { return MultiprocessorCount(); }
-
-int64_t DecodeLayersSumFloats(int64_t rows, int64_t hidden) { return SumIndex(rows * hidden); }
 
 bool DecodeLayersFit(Dtype dtype, int64_t batch, int64_t span, int64_t layers, int64_t hidden, int64_t mlp,
                      int64_t heads, int64_t kv_heads, int64_t head_dim) {

@@ -444,11 +444,10 @@ void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& laye
   // One zeroed buffer of 64-bit words, its parts 16-byte aligned: the
   // barrier's count (two words); the tagged partials and q/k/v outputs, a
   // word a value; the residual stream's fp32 sums after the attention and
-  // after the MLP, two copies of [B, hidden] each (spread out), two floats a
-  // word (the first copy of the first must start at zero).
+  // after the MLP, two copies of [B, hidden] each, two floats a word (the
+  // first copy of the first must start at zero).
   const int64_t partials = AttentionPartialValues(B, kv_heads, kernels::DecodeLayersAttentionChunks(B, span, hd), hd);
-  const int64_t qkv_values = B * (heads + 2 * kv_heads) * hd,
-                copies = 2 * kernels::DecodeLayersSumFloats(B, hidden);  // floats of a sum's two copies
+  const int64_t qkv_values = B * (heads + 2 * kv_heads) * hd, copies = 2 * B * hidden;  // floats of a sum's copies
   at::Tensor zeroed = at::zeros({2 + partials + qkv_values + copies}, h.options().dtype(at::kLong));
   int64_t* base = zeroed.data_ptr<int64_t>();
   a.barrier = reinterpret_cast<unsigned*>(base);

@@ -189,11 +189,13 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) HeadRowKernel
   }
 }
 
-// Loads of 16 bytes a span (L), or 0 where no kernel takes the shape: spans
-// of one or two rows, 4 to 7 loads long (at 8 the registers spill).
-int64_t HeadRowLoads(int64_t hidden, int64_t vocab, int64_t elem) {
-  if (hidden <= 0 || (hidden * elem % 512 != 0 && hidden * elem * 2 % 512 != 0)) return 0;
-  const int64_t rows = hidden * elem % 512 == 0 ? 1 : 2, loads = rows * hidden * elem / 512;
+// Loads of 16 bytes a span (L) of a 16-bit head, or 0 where no kernel takes
+// the shape: spans of one or two rows, 4 to 7 loads long (at 8 the
+// registers spill).
+int64_t HeadRowLoads(int64_t hidden, int64_t vocab) {
+  const int64_t row = hidden * 2;  // bytes
+  if (hidden <= 0 || (row % 512 != 0 && 2 * row % 512 != 0)) return 0;
+  const int64_t rows = row % 512 == 0 ? 1 : 2, loads = rows * row / 512;
   return vocab % rows == 0 && loads >= 4 && loads <= 7 ? loads : 0;
 }
 
@@ -220,7 +222,7 @@ bool HeadRowFits(Dtype dtype, int64_t hidden, int64_t vocab) {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     return major >= 9;
   }();
-  return hopper && dtype != Dtype::kFloat && vocab > 0 && HeadRowLoads(hidden, vocab, 2) > 0;
+  return hopper && dtype != Dtype::kFloat && vocab > 0 && HeadRowLoads(hidden, vocab) > 0;
 }
 
 int HeadRow(Dtype dtype, const HeadRowArgs& args, cudaStream_t stream) {
@@ -228,7 +230,7 @@ int HeadRow(Dtype dtype, const HeadRowArgs& args, cudaStream_t stream) {
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
-      const int64_t L = HeadRowLoads(args.hidden, args.vocab, 2), rows = 32 * L / (args.hidden / 8);
+      const int64_t L = HeadRowLoads(args.hidden, args.vocab), rows = 32 * L / (args.hidden / 8);
       const int64_t spans = args.vocab / rows;
       const dim3 grid(static_cast<unsigned>(
           std::min(MultiprocessorCount() * kRowBlocksPerSm, (spans + kRowWarps - 1) / kRowWarps)));
