@@ -3,14 +3,15 @@
 # machine: H200s differ from each other by up to ~5% on the same code, so
 # figures from different runs cannot judge a change of a few percent.
 #
-#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test] [--profile] [--shape=NAME]
+#   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e[=N]] [--test] [--profile] [--shape=NAME]
 #
 # Builds decode_kernels_bench and generate_bench from the working tree (A, in
 # build-gpu) and from the tree with each PATCH applied (B, C, ... in
 # build-gpu-ab, build-gpu-ab2, ...), all at once; then ROUNDS rounds (default
 # 3) of the persistent kernel alone at batch 1 (decode_kernels_bench), each
 # round A then every variant; with --e2e also batch-1 tokens/s through the
-# generator (generate.py, persistent kernel, overlapped steps), two rounds.
+# generator (generate.py, persistent kernel, overlapped steps), N rounds
+# (default 2; a change of ~1% end to end needs more).
 # ROUNDS 0 with --e2e: a change outside the kernel (the bench calls the
 # kernel directly and would not see it), end to end only. With --test,
 # each build's generate_gpu_test runs first (a kernel change must pass it);
@@ -32,16 +33,17 @@ while [ $# -gt 0 ] && [ -f "$1" ]; do
   shift
 done
 if [ ${#patches[@]} -eq 0 ] || [ $# -eq 0 ]; then
-  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e] [--test] [--profile] [--shape=NAME]" >&2
+  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e[=N]] [--test] [--profile] [--shape=NAME]" >&2
   exit 2
 fi
 out=$1
 shift
-rounds=3 e2e= test= profile= shape=qwen2.5-0.5b
+rounds=3 e2e=0 test= profile= shape=qwen2.5-0.5b
 for arg in "$@"; do
   case "$arg" in
     --shape=*) shape=${arg#--shape=} ;;
-    --e2e) e2e=$arg ;;
+    --e2e) e2e=2 ;;
+    --e2e=*) e2e=${arg#--e2e=} ;;
     --test) test=generate_gpu_test ;;
     --profile) profile=$arg ;;
     *) rounds=$arg ;;
@@ -68,6 +70,15 @@ for v in "${!patches[@]}"; do
   tar -cf - --exclude=./.git --exclude=./.device --exclude='./build*' . | tar -xf - -C "$variant"
   git -C "$variant" apply "${patches[$v]}"  # outside a repository: a plain patch
   builds+=("build-gpu-ab$(suffix "$v")")
+  # The copy keeps the tree's times, so a file the build's last patch
+  # changed and this one does not would look older than its object: touch
+  # those so that they build again.
+  last="$root/${builds[-1]}/ab.patch"
+  if [ -f "$last" ]; then
+    sed -n 's|^+++ b/\([^[:space:]]*\).*|\1|p' "$last" |
+      while read -r f; do [ ! -f "$variant/$f" ] || touch "$variant/$f"; done
+  fi
+  mkdir -p "$root/${builds[-1]}" && cp "${patches[$v]}" "$last"
   build "$variant" "$root/${builds[-1]}" &
   pids+=($!)
 done
@@ -133,7 +144,7 @@ if [ -n "$profile" ]; then
   done
 fi
 if [ "$rounds" -gt 0 ]; then measure kernel_us "$rounds" "persistent kernel, batch 1, us" kernel; fi
-if [ "$e2e" = "--e2e" ]; then measure tokens_per_s 2 "batch-1 decode, tok/s" e2e; fi
+if [ "$e2e" -gt 0 ]; then measure tokens_per_s "$e2e" "batch-1 decode, tok/s" e2e; fi
 for v in "${!patches[@]}"; do rm -rf "/tmp/decode-ab$(suffix "$v")"; done
 (cd "$out" && find . -type f ! -name summary.txt ! -name logs.tar.gz | tar -czf logs.tar.gz -T - &&
   find . -type f ! -name summary.txt ! -name logs.tar.gz -delete)

@@ -90,13 +90,26 @@ int HeadLogits(Dtype dtype, const HeadLogitsArgs& args, cudaStream_t stream);
 // types, Hopper or later, one or two rows of the head 2 to 3.5 KB and a
 // multiple of 512 bytes (HeadRowFits: Qwen2.5-0.5B's and 1.5B's heads, not
 // a hidden of 2048), x and head 16-byte aligned.
+// With `picks` set it also samples the row as SampleTokens does
+// (fused_kernels.h: the same token for the same temperature, seed and
+// offset; the logprob up to fp32 rounding), as the logits are made: no
+// sampling kernel after it. `work`: HeadRowWorkFloats floats; `counter`: an
+// int32 zero, left zero; picks [2] fp32 (token, logprob), and host_picks
+// where set (pinned host memory through its device mapping) the same.
 struct HeadRowArgs {
   const void* x = nullptr;
   const void* head = nullptr;
   void* out = nullptr;
   int64_t hidden = 0, vocab = 0;
+  float temperature = 0;  // 0: greedy
+  uint64_t seed = 0, offset = 0;
+  float* work = nullptr;
+  int* counter = nullptr;
+  float* picks = nullptr;
+  float* host_picks = nullptr;
 };
 bool HeadRowFits(Dtype dtype, int64_t hidden, int64_t vocab);
+int64_t HeadRowWorkFloats();
 int HeadRow(Dtype dtype, const HeadRowArgs& args, cudaStream_t stream);
 
 // ---- Decode: every layer of a step in one persistent kernel ----

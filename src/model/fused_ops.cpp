@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <tuple>
+#include <utility>
 
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -57,6 +59,28 @@ at::Tensor AttentionPartials(int64_t batch, int64_t kv_heads, int64_t chunks, in
 }
 
 cudaStream_t Stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+// A sampling call's Philox seed and offset from a CUDA generator: each call
+// a new offset.
+std::pair<uint64_t, uint64_t> PhiloxInputs(at::Generator& generator) {
+  auto* gen = at::check_generator<at::CUDAGeneratorImpl>(generator);
+  std::lock_guard<std::mutex> lock(gen->mutex_);
+  return gen->philox_engine_inputs(4);
+}
+
+// The sampling kernels' int32 zeros for `rows` rows on `device`, which they
+// leave zero: made, or grown, where they are not.
+void SampleCounters(at::Tensor& counters, int64_t rows, const c10::Device& device) {
+  if (!counters.defined() || counters.numel() < rows || counters.device() != device)
+    counters = at::zeros({rows}, at::TensorOptions().device(device).dtype(at::kInt));
+}
+
+// `host`, where given, must be able to take `picks`: contiguous pinned fp32 of its shape.
+void CheckHostPicks(const at::Tensor* host, const at::Tensor& picks) {
+  TORCH_CHECK(!host || (host->is_pinned() && host->is_contiguous() && host->scalar_type() == at::kFloat &&
+                        host->sizes() == picks.sizes()),
+              "host picks must be contiguous pinned fp32 ", picks.sizes());
+}
 
 void Check(int error, const char* kernel) {
   TORCH_CHECK(error == 0, kernel, " failed to launch: ", cudaGetErrorString(static_cast<cudaError_t>(error)));
@@ -206,7 +230,7 @@ bool HeadRowFits(const at::Tensor& x, const at::Tensor& head) {
 #endif
 }
 
-at::Tensor HeadRow(const at::Tensor& x, const at::Tensor& head, at::Tensor* out) {
+at::Tensor HeadRow(const at::Tensor& x, const at::Tensor& head, at::Tensor* out, RowPick* pick) {
 #ifdef CUDA_AGENT_WITH_FUSED_KERNELS
   TORCH_CHECK(HeadRowFits(x, head), "HeadRow: x ", x.sizes(), " (", x.scalar_type(), ", ", x.device(), ") and head ",
               head.sizes(), " (", head.scalar_type(), ") do not fit the kernel (HeadRowFits)");
@@ -222,10 +246,25 @@ at::Tensor HeadRow(const at::Tensor& x, const at::Tensor& head, at::Tensor* out)
   a.out = y.data_ptr();
   a.hidden = x.size(1);
   a.vocab = head.size(0);
+  at::Tensor work;
+  if (pick) {
+    TORCH_CHECK(pick->generator && pick->counters, "HeadRow: a pick needs a generator and counters");
+    const auto on = x.options().dtype(at::kFloat);
+    pick->picks = at::empty({2, 1}, on);
+    work = at::empty({kernels::HeadRowWorkFloats()}, on);
+    SampleCounters(*pick->counters, 1, x.device());
+    CheckHostPicks(pick->host, pick->picks);
+    std::tie(a.seed, a.offset) = PhiloxInputs(*pick->generator);
+    a.temperature = static_cast<float>(std::max(pick->temperature, 0.0));
+    a.work = work.data_ptr<float>();
+    a.counter = pick->counters->data_ptr<int>();
+    a.picks = pick->picks.data_ptr<float>();
+    a.host_picks = pick->host ? pick->host->data_ptr<float>() : nullptr;
+  }
   Check(kernels::HeadRow(KernelDtype(x), a, Stream(x)), "LM head row");
   return y;
 #else
-  (void)x, (void)head, (void)out;
+  (void)x, (void)head, (void)out, (void)pick;
   TORCH_CHECK(false, "HeadRow: built without the fused CUDA kernels");
 #endif
 }
@@ -481,9 +520,7 @@ at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& tem
   at::Tensor z = logits.contiguous();
   auto on = z.options();
   at::Tensor out = at::empty({2, rows}, on.dtype(at::kFloat));
-  TORCH_CHECK(!host || (host->is_pinned() && host->is_contiguous() && host->scalar_type() == at::kFloat &&
-                        host->sizes() == out.sizes()),
-              "SampleTokens: host must be contiguous pinned fp32 [2, ", rows, "]");
+  CheckHostPicks(host, out);
   if (rows == 0) return out;
   // One temperature for all rows (the usual case) goes by value, not by copy.
   const bool uniform = std::all_of(temperatures.begin(), temperatures.end(),
@@ -494,17 +531,11 @@ at::Tensor SampleTokens(const at::Tensor& logits, const std::vector<double>& tem
     std::copy(temperatures.begin(), temperatures.end(), host.data_ptr<float>());
     per_row = host.to(z.device(), /*non_blocking=*/true);
   }
-  std::pair<uint64_t, uint64_t> seed_offset;
-  {
-    auto* gen = at::check_generator<at::CUDAGeneratorImpl>(generator);
-    std::lock_guard<std::mutex> lock(gen->mutex_);
-    seed_offset = gen->philox_engine_inputs(4);  // each call a new Philox offset
-  }
+  const std::pair<uint64_t, uint64_t> seed_offset = PhiloxInputs(generator);
   at::Tensor work = at::empty({kernels::SampleTokensWorkFloats(rows, vocab)}, on.dtype(at::kFloat));
   at::Tensor own;
   at::Tensor& count = counters ? *counters : own;
-  if (!count.defined() || count.numel() < rows || count.device() != z.device())
-    count = at::zeros({rows}, on.dtype(at::kInt));
+  SampleCounters(count, rows, z.device());
   Check(kernels::SampleTokens(KernelDtype(z), z.data_ptr(), rows, vocab,
                               per_row.defined() ? per_row.data_ptr<float>() : nullptr,
                               static_cast<float>(temperatures[0]), seed_offset.first, seed_offset.second,

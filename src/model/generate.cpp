@@ -47,6 +47,10 @@ struct Generator::InFlight {
 
 namespace {
 
+// Whether a sequence's draws take top-k or top-p (a sort of the row), in a
+// vocabulary of V tokens.
+bool Filtered(const SamplingParams& p, int64_t V) { return (p.top_k > 0 && p.top_k < V) || p.top_p < 1.0; }
+
 at::Generator MakeRng(c10::Device device, uint64_t seed) {
 #ifdef CUDA_AGENT_WITH_CUDA
   if (device.is_cuda()) {
@@ -262,14 +266,14 @@ at::Tensor Generator::Sample(const at::Tensor& logits, const std::vector<int64_t
   TORCH_CHECK(V <= (int64_t{1} << 24), "vocabularies past 2^24 tokens are not supported");
   std::vector<double> temps(B), top_ps(B);  // temperature 0: greedy
   std::vector<int64_t> top_ks(B);
+  bool filtered = false;
   for (int64_t b = 0; b < B; ++b) {
     const SamplingParams& p = slots_[slot_ids[b]]->request.sampling;
     temps[b] = std::max(p.temperature, 0.0);
     top_ps[b] = p.top_p;
     top_ks[b] = p.top_k > 0 ? p.top_k : V;
+    filtered |= Filtered(p, V);
   }
-  const bool filtered = std::any_of(top_ks.begin(), top_ks.end(), [&](int64_t k) { return k < V; }) ||
-                        std::any_of(top_ps.begin(), top_ps.end(), [](double p) { return p < 1.0; });
   // [2, B]: token ids (exact in float32 below 2^24), then their logprobs; one transfer.
   if (logits.is_cuda() && HaveFusedKernels() && !filtered)
     return SampleTokens(logits, temps, rng_, &sample_counters_, host);  // writes *host itself
@@ -393,13 +397,18 @@ std::unique_ptr<Generator::InFlight> Generator::Launch(const std::vector<int64_t
       s.cached.push_back(s.generated.back());
     }
   }
-  at::Tensor logits =
-      DecodeRunning(running, ids, positions, fed, fed_rows, in_flight_ ? in_flight_->picks : at::Tensor());
+  const bool cuda = model_.options().device.is_cuda();
+  step->host = at::empty({2, B}, at::TensorOptions().dtype(at::kFloat).pinned_memory(cuda));
+  // One row with no top-k or top-p: the LM head samples it where it can.
+  const SamplingParams& sampling = slots_[running[0]]->request.sampling;
+  RowPick pick{sampling.temperature, &rng_, &sample_counters_, &step->host, {}};
+  const bool fusable = cuda && B == 1 && HaveFusedKernels() && !Filtered(sampling, model_.config().vocab_size);
+  at::Tensor logits = DecodeRunning(running, ids, positions, fed, fed_rows,
+                                    in_flight_ ? in_flight_->picks : at::Tensor(), fusable ? &pick : nullptr);
   ++stats_.decode_steps;
-  step->host = at::empty({2, B}, at::TensorOptions().dtype(at::kFloat).pinned_memory(logits.is_cuda()));
-  step->picks = Sample(logits, running, &step->host);
+  step->picks = pick.picks.defined() ? pick.picks : Sample(logits, running, &step->host);
 #ifdef CUDA_AGENT_WITH_CUDA
-  if (logits.is_cuda()) step->copied.record();
+  if (cuda) step->copied.record();
 #endif
   return step;
 }
@@ -422,7 +431,7 @@ void Generator::Complete(InFlight& step, std::vector<GenerationResult>* finished
 
 at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const std::vector<int64_t>& ids,
                                     const std::vector<int64_t>& positions, const std::vector<int64_t>& fed,
-                                    const std::vector<int64_t>& fed_rows, const at::Tensor& picks) {
+                                    const std::vector<int64_t>& fed_rows, const at::Tensor& picks, RowPick* pick) {
   // Every slot up to the highest running one decodes; idle rows write at
   // position max_seq_len - 1, which no sequence ever reads (prompts and
   // generated tokens stop one short of it).
@@ -450,14 +459,14 @@ at::Tensor Generator::DecodeRunning(const std::vector<int64_t>& running, const s
   const int64_t n = static_cast<int64_t>(fed.size());
   // Every row's entries lie within the first `rows` columns.
   StageDecodeInputs(staging, rows, picks, n, decode_inputs_);
-  at::Tensor logits = DecodeSlots(rows, span);
+  at::Tensor logits = DecodeSlots(rows, span, pick);
   if (static_cast<int64_t>(running.size()) == rows) return logits;
   // The running rows, indexed on the device (a copy from pageable memory
   // here could wait for the GPU and undo `overlap`).
   return logits.index_select(0, decode_inputs_[4].narrow(0, 0, static_cast<int64_t>(running.size())));
 }
 
-at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {
+at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span, RowPick* pick) {
   at::Tensor ids = decode_inputs_[0].narrow(0, 0, rows).view({rows, 1});
   at::Tensor positions = decode_inputs_[1].narrow(0, 0, rows).view({rows, 1});
   at::Tensor out = decode_logits_.narrow(0, 0, rows);
@@ -471,7 +480,7 @@ at::Tensor Generator::DecodeSlots(int64_t rows, int64_t span) {
     return ReplayDecode(rows, span, ids, positions, out);
 #endif
   ++stats_.launched_steps;
-  return model_.Decode(ids, positions, cache_, span, options_.decode_kernels, &out);
+  return model_.Decode(ids, positions, cache_, span, options_.decode_kernels, &out, pick);
 }
 
 #ifdef CUDA_AGENT_WITH_CUDA

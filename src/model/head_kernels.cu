@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "decode_common.cuh"
+#include "sample_common.cuh"
 
 namespace cuda_agent::model::kernels {
 namespace {
@@ -110,7 +111,10 @@ __global__ void __launch_bounds__(kHeadWarps * 32, kHeadBlocksPerSm) HeadLogitsK
 // values out of L2 between steps). Launched as the persistent kernel's
 // dependent: its blocks take the SMs as that kernel's leave and issue their
 // first loads before they wait for its end (cudaGridDependencySynchronize),
-// which the input needs.
+// which the input needs. kSample: the lanes that store a span's logits also
+// add them to the warp's pick (sample_common.cuh), hidden behind the next
+// span's loads; each block leaves its pick in a.work and the last block to
+// finish merges them into the token (no sampling kernel after).
 constexpr int kRowWarps = 8;
 constexpr int kRowBlocksPerSm = 2;  // 16 warps an SM: at most 128 registers a thread, 7 loads a span
 constexpr int kRowMaxHidden = 1792;  // 7 loads a span of one row
@@ -139,7 +143,7 @@ __device__ inline float ChunkDot(const uint4& w, const uint4& x, T) {
   return d[0] + d[1];
 }
 
-template <typename T, int L>
+template <typename T, int L, bool kSample>
 __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) HeadRowKernel(HeadRowArgs a) {
   __shared__ uint4 xs[kRowMaxHidden / 8];  // the input, 16 bytes a chunk
   const int lane = threadIdx.x % 32, per_row = static_cast<int>(a.hidden / 8);  // chunks of 16 bytes a row
@@ -187,6 +191,33 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) HeadRowKernel
     if (s + 2 * warps < spans) load(w0, s + 2 * warps);
     take(w1, s + warps);
   }
+  if constexpr (kSample) {
+    // The warp's spans are first + k * warps; lane j adds those with k = j
+    // mod 32, as stored (lane 0's stores, ordered by the __syncwarp).
+    // Sampling in the loop above, where the next span's loads hold their
+    // registers, spilled.
+    __syncwarp();
+    const Draw draw(a.temperature, a.seed, a.offset, 0);
+    Pick pick;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+    for (int64_t span = first + lane * warps; span < spans; span += 32 * warps) {
+      const PhiloxWords bits = draw.draw ? draw.Words(span * P / 4) : PhiloxWords{};  // a span's rows: one group
+      for (int r = 0; r < P; ++r) {
+        const int64_t i = span * P + r;
+        const float zi = ToFloat(out[i]) * draw.scale;
+        pick.Add(zi, draw.Key(zi, i, bits), static_cast<int>(i));
+      }
+    }
+    pick = BlockMerge<kRowWarps * 32>(pick);
+    if (threadIdx.x == 0) StorePick(a.work + blockIdx.x * kPickFloats, pick);
+    __shared__ bool last;
+    if (!LastToFinish(a.counter, gridDim.x, &last, [] { __syncthreads(); })) return;
+    Pick all;
+    for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kRowWarps * 32)
+      all.Merge(LoadPick(a.work + i * kPickFloats));
+    all = BlockMerge<kRowWarps * 32>(all);
+    if (threadIdx.x == 0) StoreToken(all, 0, 1, a.picks, a.host_picks);
+  }
 }
 
 // Loads of 16 bytes a span (L) of a 16-bit head, or 0 where no kernel takes
@@ -197,6 +228,13 @@ int64_t HeadRowLoads(int64_t hidden, int64_t vocab) {
   if (hidden <= 0 || (row % 512 != 0 && 2 * row % 512 != 0)) return 0;
   const int64_t rows = row % 512 == 0 ? 1 : 2, loads = rows * row / 512;
   return vocab % rows == 0 && loads >= 4 && loads <= 7 ? loads : 0;
+}
+
+// The blocks of a HeadRow launch: two an SM, or fewer where the head has
+// fewer spans than their warps.
+int64_t HeadRowBlocks(int64_t hidden, int64_t vocab) {
+  const int64_t spans = vocab / (32 * HeadRowLoads(hidden, vocab) / (hidden / 8));
+  return std::min(MultiprocessorCount() * kRowBlocksPerSm, (spans + kRowWarps - 1) / kRowWarps);
 }
 
 // The shared memory a block may opt in to; 0 before Ampere (mma.sync on
@@ -225,23 +263,32 @@ bool HeadRowFits(Dtype dtype, int64_t hidden, int64_t vocab) {
   return hopper && dtype != Dtype::kFloat && vocab > 0 && HeadRowLoads(hidden, vocab) > 0;
 }
 
+int64_t HeadRowWorkFloats() { return MultiprocessorCount() * kRowBlocksPerSm * kPickFloats; }
+
 int HeadRow(Dtype dtype, const HeadRowArgs& args, cudaStream_t stream) {
-  if (!HeadRowFits(dtype, args.hidden, args.vocab)) return static_cast<int>(cudaErrorInvalidValue);
+  if (!HeadRowFits(dtype, args.hidden, args.vocab) || (args.picks && (!args.work || !args.counter)))
+    return static_cast<int>(cudaErrorInvalidValue);
+  HeadRowArgs a = args;
+  if (a.host_picks && !(a.host_picks = DeviceMapping(args.host_picks))) return static_cast<int>(cudaErrorInvalidValue);
   return Dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
-      const int64_t L = HeadRowLoads(args.hidden, args.vocab), rows = 32 * L / (args.hidden / 8);
-      const int64_t spans = args.vocab / rows;
-      const dim3 grid(static_cast<unsigned>(
-          std::min(MultiprocessorCount() * kRowBlocksPerSm, (spans + kRowWarps - 1) / kRowWarps)));
+      const int64_t L = HeadRowLoads(args.hidden, args.vocab);
+      const dim3 grid(static_cast<unsigned>(HeadRowBlocks(args.hidden, args.vocab)));
       const dim3 block(kRowWarps * 32);
-      auto launch = [&](auto kernel) { LaunchDependent(kernel, grid, block, 0, stream, args); };
-      switch (L) {
-        case 4: launch(HeadRowKernel<T, 4>); break;
-        case 5: launch(HeadRowKernel<T, 5>); break;
-        case 6: launch(HeadRowKernel<T, 6>); break;
-        default: launch(HeadRowKernel<T, 7>); break;
-      }
+      auto launch = [&](auto sample) {
+        constexpr bool kSample = decltype(sample)::value;
+        switch (L) {
+          case 4: LaunchDependent(HeadRowKernel<T, 4, kSample>, grid, block, 0, stream, a); break;
+          case 5: LaunchDependent(HeadRowKernel<T, 5, kSample>, grid, block, 0, stream, a); break;
+          case 6: LaunchDependent(HeadRowKernel<T, 6, kSample>, grid, block, 0, stream, a); break;
+          default: LaunchDependent(HeadRowKernel<T, 7, kSample>, grid, block, 0, stream, a); break;
+        }
+      };
+      if (a.picks)
+        launch(std::true_type{});
+      else
+        launch(std::false_type{});
     }
   });
 }

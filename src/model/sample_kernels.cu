@@ -1,68 +1,20 @@
 // A decode step's sampling in one kernel (fused_kernels.h SampleTokens): per
 // row of logits the chosen token and its logprob, for greedy rows and for
-// draws from the tempered softmax. ATen needs a float copy of the logits, an
-// argmax, a log softmax and a gather for the same, and runs a batch-1 log
-// softmax in one block (34 us for a 152k vocabulary on an H200).
-//
-// A draw is the Gumbel-max: the argmax of z / t + g, g = -log(-log u), picks
-// token i with probability softmax(z / t)_i. The uniforms u come from
-// Philox4x32-10 (philox.h), counter (element / 4, row, offset), key the
-// seed: no state, and every element and call gets its own.
+// draws from the tempered softmax (sample_common.cuh: the Gumbel-max over
+// Philox noise). ATen needs a float copy of the logits, an argmax, a log
+// softmax and a gather for the same, and runs a batch-1 log softmax in one
+// block (34 us for a 152k vocabulary on an H200).
 #include <algorithm>
-#include <climits>
-#include <cmath>
-#include <type_traits>
 
 #include "fused_kernels.h"
 #include "kernel_util.cuh"
-#include "philox.h"
+#include "sample_common.cuh"
 
 namespace cuda_agent::model::kernels {
 namespace {
 
 constexpr int kSampleThreads = 256;
 constexpr int64_t kSampleMaxSplits = kSampleThreads;  // the last block merges a split per thread
-constexpr int kPickFloats = 5;
-
-// What a part of a row leaves: its softmax statistics relative to its max
-// (m, s = sum e^(z - m)), and the best key with its token and z.
-struct Pick {
-  float m = -INFINITY, s = 0, key = -INFINITY, z = 0;
-  int index = INT_MAX;
-
-  __device__ void Add(float zi, float key_i, int i) {
-    if (zi > m) {
-      s = s * expf(m - zi) + 1;
-      m = zi;
-    } else if (zi != -INFINITY) {
-      s += expf(zi - m);
-    }
-    if (key_i > key || (key_i == key && i < index)) key = key_i, z = zi, index = i;  // the first of ties, as argmax
-  }
-
-  __device__ void Merge(const Pick& o) {
-    if (o.s > 0) {
-      if (s == 0) {
-        m = o.m, s = o.s;
-      } else {
-        const float M = fmaxf(m, o.m);
-        s = s * expf(m - M) + o.s * expf(o.m - M);
-        m = M;
-      }
-    }
-    if (o.key > key || (o.key == key && o.index < index)) key = o.key, z = o.z, index = o.index;
-  }
-
-  __device__ Pick ShuffleXor(int offset) const {
-    Pick o;
-    o.m = __shfl_xor_sync(0xffffffff, m, offset);
-    o.s = __shfl_xor_sync(0xffffffff, s, offset);
-    o.key = __shfl_xor_sync(0xffffffff, key, offset);
-    o.z = __shfl_xor_sync(0xffffffff, z, offset);
-    o.index = __shfl_xor_sync(0xffffffff, index, offset);
-    return o;
-  }
-};
 
 // Block (split, row) picks over its run of the row; the last block of a row
 // to finish merges the runs.
@@ -72,13 +24,10 @@ __global__ void __launch_bounds__(kSampleThreads)
                        float uniform_temperature, uint64_t seed, uint64_t offset, float* __restrict__ work,
                        int* __restrict__ counters, float* __restrict__ out, float* __restrict__ host_out) {
   const int64_t row = blockIdx.y, splits = gridDim.x;
-  const float t = temperature ? temperature[row] : uniform_temperature;
-  const bool draw = t > 0;
-  const float scale = draw ? 1.f / t : 1.f;
+  const Draw draw(temperature ? temperature[row] : uniform_temperature, seed, offset, row);
   const int64_t run = (vocab + splits * N - 1) / (splits * N) * N;  // a multiple of the pack
   const int64_t begin = blockIdx.x * run, end = min(vocab, begin + run);
   const T* z = logits + row * vocab;
-  const uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
   Pick pick;
   for (int64_t j = begin + threadIdx.x * N; j < end; j += kSampleThreads * N) {
     const Pack<T, N> p = *reinterpret_cast<const Pack<T, N>*>(z + j);
@@ -86,43 +35,20 @@ __global__ void __launch_bounds__(kSampleThreads)
     int64_t group = -1;
 #pragma unroll
     for (int e = 0; e < N; ++e) {
-      const float zi = ToFloat(p.v[e]) * scale;
-      float k = zi;
-      if (draw) {
-        const int64_t i = j + e;
-        if (i / 4 != group) {
-          group = i / 4;
-          bits = Philox4x32({{static_cast<uint32_t>(group), static_cast<uint32_t>(row), static_cast<uint32_t>(offset),
-                              static_cast<uint32_t>(offset >> 32)}},
-                            key0, key1);
-        }
-        const int q = static_cast<int>(i % 4);  // a select, not a run-time index into local memory
-        const uint32_t w = q == 0 ? bits.w[0] : q == 1 ? bits.w[1] : q == 2 ? bits.w[2] : bits.w[3];
-        const float u = (static_cast<float>(w >> 8) + 0.5f) * (1.f / 16777216.f);  // in (0, 1)
-        k = zi - logf(-logf(u));
-      }
-      pick.Add(zi, k, static_cast<int>(j + e));
+      const float zi = ToFloat(p.v[e]) * draw.scale;
+      const int64_t i = j + e;
+      if (draw.draw && i / 4 != group) group = i / 4, bits = draw.Words(group);
+      pick.Add(zi, draw.Key(zi, i, bits), static_cast<int>(i));
     }
   }
   pick = BlockMerge<kSampleThreads>(pick);
-  if (threadIdx.x == 0) {
-    float* mine = work + (row * splits + blockIdx.x) * kPickFloats;
-    mine[0] = pick.m, mine[1] = pick.s, mine[2] = pick.key, mine[3] = pick.z, mine[4] = __int_as_float(pick.index);
-  }
+  if (threadIdx.x == 0) StorePick(work + (row * splits + blockIdx.x) * kPickFloats, pick);
   __shared__ bool last;
   if (!LastToFinish(&counters[row], splits, &last, [] { __syncthreads(); })) return;
   Pick all;
-  if (threadIdx.x < splits) {
-    const float* theirs = work + (row * splits + threadIdx.x) * kPickFloats;
-    all.m = __ldcg(theirs), all.s = __ldcg(theirs + 1), all.key = __ldcg(theirs + 2), all.z = __ldcg(theirs + 3);
-    all.index = __float_as_int(__ldcg(theirs + 4));
-  }
+  if (threadIdx.x < splits) all = LoadPick(work + (row * splits + threadIdx.x) * kPickFloats);
   all = BlockMerge<kSampleThreads>(all);
-  if (threadIdx.x == 0) {
-    const float token = static_cast<float>(all.index), logprob = all.z - (all.m + logf(all.s));
-    out[row] = token, out[gridDim.y + row] = logprob;
-    if (host_out) host_out[row] = token, host_out[gridDim.y + row] = logprob;
-  }
+  if (threadIdx.x == 0) StoreToken(all, row, gridDim.y, out, host_out);
 }
 
 // One block: the staged rows first, then the fed tokens over the ids the
@@ -139,17 +65,6 @@ __global__ void StageDecodeInputsKernel(const int64_t* __restrict__ staging, int
 __global__ void CopyToPinnedKernel(const float* __restrict__ src, float* __restrict__ dst, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) dst[i] = src[i];
-}
-
-// The device's address of pinned host memory at `host`, or null.
-template <typename T>
-T* DeviceMapping(T* host) {
-  void* mapped = nullptr;
-  if (cudaHostGetDevicePointer(&mapped, const_cast<std::remove_const_t<T>*>(host), 0) != cudaSuccess) {
-    cudaGetLastError();  // not sticky: clear it
-    return nullptr;
-  }
-  return static_cast<T*>(mapped);
 }
 
 }  // namespace

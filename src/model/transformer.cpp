@@ -372,11 +372,11 @@ StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name) {
 }
 
 at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
-                               DecodeKernels kernels, at::Tensor* logits) const {
+                               DecodeKernels kernels, at::Tensor* logits, RowPick* pick) const {
   const ModelConfig& c = impl_->config;
   const int64_t B = ids.size(0), kv = c.num_kv_heads, group = c.num_heads / c.num_kv_heads, hd = c.head_dim;
   const bool small = ids.is_cuda() && B <= FusedDecodeMaxRows();
-  if (DecodesInOneKernel(B, span, kernels)) return DecodePersistent(ids, positions, cache, span, logits);
+  if (DecodesInOneKernel(B, span, kernels)) return DecodePersistent(ids, positions, cache, span, logits, pick);
   if (kernels == DecodeKernels::kFused && small && FusedDecodeFits(c.num_heads, kv, hd))
     return DecodeFused(ids, positions, cache, span, logits);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -432,7 +432,7 @@ at::Tensor Transformer::DecodeFused(const at::Tensor& ids, const at::Tensor& pos
 // Every layer in one persistent kernel (fused_ops.h), then the final norm
 // and the LM head.
 at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache,
-                                         int64_t span, at::Tensor* logits) const {
+                                         int64_t span, at::Tensor* logits, RowPick* pick) const {
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
   std::vector<DecodeLayerWeights> layers;
@@ -445,7 +445,7 @@ at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor
     PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads,
                      c.intermediate_size, span, {}, ids, embedding, m.P("model.norm.weight"));
     // h normed in the kernel; at batch 1 the head as its dependent (HeadRow).
-    if (HeadRowFits(h, m.Head())) return HeadRow(h, m.Head(), logits);
+    if (HeadRowFits(h, m.Head())) return HeadRow(h, m.Head(), logits, pick);
     return m.HeadLogits(h, logits);
   }
   at::Tensor h = at::embedding(embedding, ids.view({-1})).contiguous();  // [B, hidden]

@@ -323,6 +323,46 @@ TEST(FusedOpsGpuTest, HeadRowMatchesTheProductInFp64) {
   EXPECT_THROW(HeadRow(at::zeros({2, 896}, bf16), at::zeros({1000, 896}, bf16)), c10::Error);
 }
 
+// HeadRow sampling its row as it goes draws what SampleTokens draws from
+// its logits with the same temperature and generator state: the same token
+// (greedy, and three temperatures over draws of several calls, which also
+// leave the counter zero), the logprob up to fp32 rounding, the same into
+// pinned host memory.
+TEST(FusedOpsGpuTest, HeadRowSamplesAsSampleTokens) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major < 9) GTEST_SKIP() << "HeadRow: Hopper only";
+  at::manual_seed(1);
+  for (auto [hidden, vocab] : {std::pair<int64_t, int64_t>{896, 151936}, {1536, 3001}}) {
+    for (auto dtype : {at::kBFloat16, at::kHalf}) {
+      const auto on = at::TensorOptions().device(kGpu).dtype(dtype);
+      at::Tensor head = (at::randn({vocab, hidden}) * 0.05).to(on), x = (at::randn({1, hidden}) * 2).to(on);
+      for (double t : {0.0, 0.5, 1.0, 2.0}) {
+        at::Generator fused = at::cuda::detail::createCUDAGenerator(0);
+        at::Generator apart = at::cuda::detail::createCUDAGenerator(0);
+        fused.set_current_seed(7), apart.set_current_seed(7);
+        at::Tensor counters, apart_counters;
+        at::Tensor host = at::empty({2, 1}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+        for (int call = 0; call < 3; ++call) {
+          const std::string what = std::string(c10::toString(dtype)) + " hidden " + std::to_string(hidden) +
+                                   " temperature " + std::to_string(t) + " call " + std::to_string(call);
+          RowPick pick{t, &fused, &counters, &host, {}};
+          at::Tensor logits = HeadRow(x, head, nullptr, &pick);
+          ASSERT_TRUE(pick.picks.defined()) << what;
+          at::Tensor want = SampleTokens(logits, {t}, apart, &apart_counters).cpu();
+          at::Tensor got = pick.picks.cpu();
+          c10::cuda::getCurrentCUDAStream().synchronize();
+          EXPECT_EQ(got[0][0].item<float>(), want[0][0].item<float>()) << what;
+          EXPECT_NEAR(got[1][0].item<float>(), want[1][0].item<float>(), 1e-4) << what;
+          EXPECT_TRUE(at::equal(host, got)) << what << ": host";
+          EXPECT_EQ(counters.cpu().sum().item<int64_t>(), 0) << what << ": the counter left zero";
+        }
+      }
+    }
+  }
+}
+
 // The LM head kernel against the same norm and product in fp64 from the
 // same rounded input: a vocabulary that is no multiple of the kernel's 16
 // rows, 1, 3 and 8 rows, bf16 and fp16, into a given output too.
@@ -480,6 +520,54 @@ TEST(FusedOpsGpuTest, FusedDecodeGeneratesTheSameTokens) {
         EXPECT_GT(gen.stats().decode_steps, 0);
       }
     }
+}
+
+// Batch-1 generation whose LM head samples as it goes (HeadRow through the
+// persistent kernel, overlapped steps) draws the tokens that sampling its
+// logits apart draws (the steps not overlapped: SampleTokens after HeadRow)
+// from the same seed, greedy and tempered: a bf16 model of Qwen2.5-0.5B's
+// hidden size and heads. One request a generator: overlapped steps launch
+// one step past a sequence's end, whose draw shifts the next request's
+// noise. The logprobs agree to a bf16 step of the logit: the persistent
+// kernel's fp32 sums are added in no fixed order, so a logit's rounding can
+// differ between runs (0.0156 seen on an H100).
+TEST(FusedOpsGpuTest, HeadRowPicksGenerateAsSampledLogits) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  nlohmann::json cfg = {{"model_type", "qwen2"},      {"vocab_size", 4002},     {"hidden_size", 896},
+                        {"intermediate_size", 1216},  {"num_hidden_layers", 2}, {"num_attention_heads", 14},
+                        {"num_key_value_heads", 2},   {"max_position_embeddings", 512},
+                        {"rope_theta", 10000.0},      {"tie_word_embeddings", true}};
+  ModelConfig config = ParseModelConfig(cfg, "qwen2-896").value();
+  auto model = Transformer::Random(config, {at::kBFloat16, kGpu, false}, 13);
+  RandomizeBiases(*model);
+  at::Tensor head;  // tied: the embedding
+  for (const auto& [name, p] : model->parameters())
+    if (name == "model.embed_tokens.weight") head = p;
+  const at::Tensor h = at::zeros({1, config.hidden_size}, head.options());
+  if (!model->DecodesInOneKernel(1, 128, DecodeKernels::kPersistent) || !HeadRowFits(h, head))
+    GTEST_SKIP() << "no persistent kernel and HeadRow on this GPU";
+  for (double t : {0.0, 0.8}) {
+    std::vector<GenerationRequest> requests;
+    for (int r = 0; r < 2; ++r) {
+      GenerationRequest q;
+      for (int i = 0; i < 9 + 5 * r; ++i) q.prompt.push_back((i * 53 + r * 7) % config.vocab_size);
+      q.sampling.temperature = t;
+      q.sampling.max_new_tokens = 40;
+      requests.push_back(q);
+    }
+    GeneratorOptions picked{/*max_batch=*/1, /*max_seq_len=*/256, /*seed=*/5}, apart = picked;
+    picked.decode_kernels = apart.decode_kernels = DecodeKernels::kPersistent;
+    apart.overlap = false;  // each step's logits sampled after the head
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const std::string what = "temperature " + std::to_string(t) + " request " + std::to_string(i);
+      auto got = Generator(*model, nullptr, picked).Generate({requests[i]});
+      auto want = Generator(*model, nullptr, apart).Generate({requests[i]});
+      EXPECT_EQ(got[0].tokens, want[0].tokens) << what;
+      ASSERT_EQ(got[0].logprobs.size(), want[0].logprobs.size()) << what;
+      for (size_t j = 0; j < got[0].logprobs.size(); ++j)
+        EXPECT_NEAR(got[0].logprobs[j], want[0].logprobs[j], 0.05) << what << " token " << j;
+    }
+  }
 }
 
 }  // namespace

@@ -98,8 +98,20 @@ at::Tensor DecodeAttention(const at::Tensor& qkv, const at::Tensor& positions, c
 // x is ready. HeadRowFits: Hopper, bf16 or fp16, one row, a head whose rows
 // (or pairs of rows) are 2 to 3.5 KB in multiples of 512 bytes (Qwen2.5's
 // 0.5B and 1.5B heads).
+// With `pick`, it also samples the row as it goes, as SampleTokens would
+// from its logits with pick's temperature, generator and counters (the same
+// token; the logprob up to fp32 rounding): pick->picks is set to their
+// [2, 1] fp32 (token id, logprob), and pick->host, where given (contiguous
+// pinned fp32 [2, 1]), gets the same. No sampling kernel after the head.
+struct RowPick {
+  double temperature = 0;                 // 0: greedy
+  at::Generator* generator = nullptr;     // CUDA; advanced as SampleTokens advances it
+  at::Tensor* counters = nullptr;         // SampleTokens's int32 zeros (made here where undefined)
+  at::Tensor* host = nullptr;
+  at::Tensor picks;                       // set by HeadRow
+};
 bool HeadRowFits(const at::Tensor& x, const at::Tensor& head);
-at::Tensor HeadRow(const at::Tensor& x, const at::Tensor& head, at::Tensor* out = nullptr);
+at::Tensor HeadRow(const at::Tensor& x, const at::Tensor& head, at::Tensor* out = nullptr, RowPick* pick = nullptr);
 
 // The final RMSNorm and the LM head of a decode step in one kernel: logits
 // [B, vocab] of h [B, hidden] against head [vocab, hidden], into *out where

@@ -135,13 +135,15 @@ class Generator {
   // Logits [B, V] of one decode step for the running slots, through
   // DecodeSlots. The slots `fed` take their id on the device, from row
   // fed_rows[i] of `picks` (a launched step's Sample), not from `ids`.
+  // `pick`: Transformer::Decode's (the head samples the row where it can).
   at::Tensor DecodeRunning(const std::vector<int64_t>& running, const std::vector<int64_t>& ids,
                            const std::vector<int64_t>& positions, const std::vector<int64_t>& fed = {},
-                           const std::vector<int64_t>& fed_rows = {}, const at::Tensor& picks = {});
+                           const std::vector<int64_t>& fed_rows = {}, const at::Tensor& picks = {},
+                           RowPick* pick = nullptr);
   // Logits [rows, V] of one decode step over slots 0..rows-1, whose ids and
   // positions are in decode_inputs_: on CUDA a graph replay, unless the
-  // step is one persistent kernel (then launched).
-  at::Tensor DecodeSlots(int64_t rows, int64_t span);
+  // step is one persistent kernel (then launched, with `pick`).
+  at::Tensor DecodeSlots(int64_t rows, int64_t span, RowPick* pick = nullptr);
   // DecodeSlots on CUDA: the (rows, span) graph, captured on first use, replayed into `out`.
   at::Tensor ReplayDecode(int64_t rows, int64_t span, const at::Tensor& ids, const at::Tensor& positions,
                           at::Tensor& out);

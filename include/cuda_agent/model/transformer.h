@@ -25,6 +25,8 @@
 
 namespace cuda_agent::model {
 
+struct RowPick;  // model/fused_ops.h
+
 struct LoadOptions {
   c10::ScalarType dtype = c10::kFloat;  // weights and activations
   c10::Device device = c10::kCPU;
@@ -72,8 +74,12 @@ class Transformer {
   // span > every position. Returns logits [B, V], written into *logits
   // (contiguous, the model's dtype) where given. No host synchronisation and
   // fixed shapes for fixed (B, span), so a CUDA graph can capture it.
+  // `pick`: where the step's LM head can sample its row as it goes (one row
+  // through the persistent kernel and HeadRow, fused_ops.h), it does, and
+  // sets pick->picks; elsewhere pick->picks is left undefined.
   at::Tensor Decode(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
-                    DecodeKernels kernels = DecodeKernels::kAten, at::Tensor* logits = nullptr) const;
+                    DecodeKernels kernels = DecodeKernels::kAten, at::Tensor* logits = nullptr,
+                    RowPick* pick = nullptr) const;
   // Whether Decode of B rows over `span` keys with `kernels` runs every layer
   // in the one persistent kernel (CUDA; the rows and shape it takes).
   bool DecodesInOneKernel(int64_t B, int64_t span, DecodeKernels kernels) const;
@@ -94,7 +100,7 @@ class Transformer {
   at::Tensor DecodeFused(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
                          at::Tensor* logits) const;
   at::Tensor DecodePersistent(const at::Tensor& ids, const at::Tensor& positions, KvCache& cache, int64_t span,
-                              at::Tensor* logits) const;
+                              at::Tensor* logits, RowPick* pick) const;
   template <typename Attend>
   at::Tensor Run(const at::Tensor& ids, const at::Tensor& positions, at::Tensor* values, Attend&& attend) const;
   struct Impl;
