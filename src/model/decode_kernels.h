@@ -92,7 +92,7 @@ int HeadLogits(Dtype dtype, const HeadLogitsArgs& args, cudaStream_t stream);
 // a hidden of 2048), x and head 16-byte aligned.
 // With `picks` set it also samples the row as SampleTokens does
 // (fused_kernels.h: the same token for the same temperature, seed and
-// offset; the logprob up to fp32 rounding), as the logits are made: no
+// offset; the logprob up to fp32 rounding) from the logits it stored: no
 // sampling kernel after it. `work`: HeadRowWorkFloats floats; `counter`: an
 // int32 zero, left zero; picks [2] fp32 (token, logprob), and host_picks
 // where set (pinned host memory through its device mapping) the same.

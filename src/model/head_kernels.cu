@@ -111,10 +111,10 @@ __global__ void __launch_bounds__(kHeadWarps * 32, kHeadBlocksPerSm) HeadLogitsK
 // values out of L2 between steps). Launched as the persistent kernel's
 // dependent: its blocks take the SMs as that kernel's leave and issue their
 // first loads before they wait for its end (cudaGridDependencySynchronize),
-// which the input needs. kSample: the lanes that store a span's logits also
-// add them to the warp's pick (sample_common.cuh), hidden behind the next
-// span's loads; each block leaves its pick in a.work and the last block to
-// finish merges them into the token (no sampling kernel after).
+// which the input needs. kSample: after the loop each warp adds the logits
+// it stored to a pick (sample_common.cuh), each block leaves its warps'
+// merged in a.work, and the last block to finish merges those into the
+// token (no sampling kernel after).
 constexpr int kRowWarps = 8;
 constexpr int kRowBlocksPerSm = 2;  // 16 warps an SM: at most 128 registers a thread, 7 loads a span
 constexpr int kRowMaxHidden = 1792;  // 7 loads a span of one row
