@@ -541,7 +541,6 @@ TEST(FusedOpsGpuTest, HeadRowPicksGenerateAsSampledLogits) {
                         {"rope_theta", 10000.0},      {"tie_word_embeddings", true}};
   ModelConfig config = ParseModelConfig(cfg, "qwen2-896").value();
   auto model = Transformer::Random(config, {at::kBFloat16, kGpu, false}, 13);
-  RandomizeBiases(*model);
   at::Tensor head;  // tied: the embedding
   {
     at::NoGradGuard no_grad;
