@@ -86,12 +86,14 @@ for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || { echo "${builds[$i]} failed to build: $out/build_${builds[$i]}.log"; exit 1; }
 done
 
+# Each run under a time limit: a kernel that deadlocks (a patch's new
+# synchronisation) must not take the device's whole command.
 kernel_us() {  # build dir, log: the persistent kernel's mean microseconds
-  CUDA_AGENT_DECODE_PDL=0 "$1/decode_kernels_bench" --shape "$shape" --batch 1 --json "$2.json" > "$2" 2>&1
+  CUDA_AGENT_DECODE_PDL=0 timeout 120 "$1/decode_kernels_bench" --shape "$shape" --batch 1 --json "$2.json" > "$2" 2>&1
   python3 -c "import json,sys; print(next(r['us'] for r in json.load(open(sys.argv[1]))['rows'] if r['kernel'] == 'persistent'))" "$2.json"
 }
 tokens_per_s() {  # build dir, log
-  python3 scripts/bench/generate.py --build "$1" --shape "$shape" --batches 1 --without-transformers \
+  timeout 180 python3 scripts/bench/generate.py --build "$1" --shape "$shape" --batches 1 --without-transformers \
     --decode-kernels persistent --overlap --out "$2.json" > "$2" 2>&1
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['rows'][0]['cuda_agent_persistent_tokens_per_s'])" "$2.json"
 }
@@ -126,12 +128,17 @@ measure() {  # figure function, rounds, what, log name
   summary "$3" "${args[@]}" | tee -a "$out/summary.txt"
 }
 : > "$out/summary.txt"
+# A variant that fails its test (or hangs: 124) is not timed: figures of a
+# wrong kernel judge nothing.
 if [ -n "$test" ]; then
+  failed=0
   for b in "${builds[@]}"; do
-    timeout 300 "$b/tests/generate_gpu_test" > "$out/gpu_test_$b.log" 2>&1 && result=passed || result="FAILED ($?)"
+    timeout 150 "$b/tests/generate_gpu_test" > "$out/gpu_test_$b.log" 2>&1 && result=passed || result="FAILED ($?)"
     echo "$b generate_gpu_test: $result, $(grep -c '^\[       OK \]' "$out/gpu_test_$b.log") tests ok" |
       tee -a "$out/summary.txt"
+    [ "$result" = passed ] || failed=1
   done
+  if [ "$failed" = 1 ]; then rounds=0 e2e=0 profile=; fi
 fi
 if [ -n "$profile" ]; then
   for b in "${builds[@]}"; do
