@@ -52,6 +52,8 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "decode_common.cuh"
@@ -96,6 +98,7 @@ struct RingPlan {
   int64_t pitch[kStages] = {};  // bytes between rows of weights and of inputs (RowPitch)
   int splits[kStages] = {};
   bool copy_ahead = false;  // tiles worked out before the wait for room (Producer::Run)
+  bool rotate_down = false;  // FoldDown's tiles in an order of the block's (DownTileRow)
 };
 
 // ---- Hopper: bulk copies completing on transaction barriers ----
@@ -393,6 +396,15 @@ __device__ inline void StageRows(const DecodeLayersArgs& a, const RingPlan& p, i
   if (s == kStageDown) *j1 = *j0 < *j1 ? n : 0, *j0 = 0;
 }
 
+// The first row of FoldDown's tile t (of the n rows' tiles): with
+// RingPlan::rotate_down block b takes its tiles from tile b on, so that at
+// any moment the grid's vector reductions are spread over every tile's rows
+// of the stream rather than all blocks adding into the same rows at once.
+__device__ inline int64_t DownTileRow(const RingPlan& p, int64_t n, int64_t t) {
+  const int64_t rows = p.tile_rows[kStageDown], tiles = (n + rows - 1) / rows;
+  return (p.rotate_down ? (t + blockIdx.x) % tiles : t) * rows;
+}
+
 // The o and the down projections as 2D tensors ([hidden, heads * head_dim]
 // and [hidden, mlp]), a layer each, whose boxes the copying warp copies for
 // FoldOut (head_dim columns by RingPlan::tile_rows[kStageOut] rows) and
@@ -465,7 +477,9 @@ struct Producer {
         continue;
       }
       const bool fold = stage == kStageOut || stage == kStageDown;
-      const int64_t rows = min(p.tile_rows[stage], j1 - row), row_bytes = g.k * static_cast<int64_t>(sizeof(T));
+      // The tile's first row: `row` counts the stage's tiles in order.
+      const int64_t at = stage == kStageDown ? j0 + DownTileRow(p, j1 - j0, (row - j0) / p.tile_rows[stage]) : row;
+      const int64_t rows = min(p.tile_rows[stage], j1 - at), row_bytes = g.k * static_cast<int64_t>(sizeof(T));
       const int count = static_cast<int>(rows) * (g.swiglu ? 2 : 1);  // gate rows, then the same rows of up
       const int64_t box_rows = stage == kStageDown ? p.fold_box_rows : p.tile_rows[stage];
       const int boxes = fold ? static_cast<int>((rows + box_rows - 1) / box_rows) : 0;
@@ -480,8 +494,8 @@ struct Producer {
       }
       auto source = [&](int i) {  // row i of the tile: gate rows, then the same rows of up
         const T* bias;
-        return g.swiglu ? WeightRow<T, true>(g, row + i % rows, i / rows, &bias)
-                        : WeightRow<T, false>(g, row + i, 0, &bias);
+        return g.swiglu ? WeightRow<T, true>(g, at + i % rows, i / rows, &bias)
+                        : WeightRow<T, false>(g, at + i, 0, &bias);
       };
       // This lane's first row (or the tile's boxes' first column).
       const CUtensorMap* map = nullptr;
@@ -513,7 +527,7 @@ struct Producer {
       if (fold) {
         for (int box = lane; box < boxes; box += 32)
           TensorCopy(dst + box * box_rows * p.pitch[stage], map, static_cast<int>(col),
-                     static_cast<int>(row + box * box_rows), &ring.done[q], policy);
+                     static_cast<int>(at + box * box_rows), &ring.done[q], policy);
       } else {
         if (lane < count) BulkCopy(dst + lane * p.pitch[stage], from, row_bytes, &ring.done[q], policy);
         for (int i = lane + 32; i < count; i += 32)  // a row each, RowPitch apart
@@ -521,7 +535,7 @@ struct Producer {
       }
       head = start + bytes;
       ++issued;
-      row += rows;
+      row += p.tile_rows[stage];
     }
     // All issued; the copies complete on their own.
     if (ring_full && threadIdx.x % 32 == 0)
@@ -1324,7 +1338,8 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l
   const int batch = Rows<kOne>(a.batch), cols = static_cast<int>(j1 - j0), C = static_cast<int>(p.fold_cols);
   const int hidden = static_cast<int>(a.hidden), tile_rows = static_cast<int>(p.tile_rows[kStageDown]);
   const float* acts = c.xs;
-  for (int r0 = 0; r0 < hidden; r0 += tile_rows, ++c.tile) {
+  for (int t = 0; t * tile_rows < hidden; ++t, ++c.tile) {
+    const int r0 = static_cast<int>(DownTileRow(p, hidden, t));
     const int q = static_cast<int>(c.tile % kTilesInFlight);
     BarrierWait(&c.ring.done[q], static_cast<uint32_t>(c.tile / kTilesInFlight) & 1);
     clock.Lap(1);
@@ -1364,7 +1379,7 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l
     if (threadIdx.x % 32 == 0) BarrierArrive(&c.ring.freed[q]);
     SyncAttentionThreads();
     AddStaged<kOne>(c.red, tile_rows, rows, batch, HSum(a, l) + r0, hidden);
-    if (r0 + tile_rows < hidden) SyncAttentionThreads();  // c.red is free for the next tile
+    if ((t + 1) * tile_rows < hidden) SyncAttentionThreads();  // c.red is free for the next tile
     clock.Lap(2);
   }
 }
@@ -1692,6 +1707,20 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
     // against 1326.8; at the 0.5B shape (226 KB against 200 KB) copying
     // ahead was 6.6% slower.
     plan->copy_ahead = block_bytes >= 2 * plan->ring_bytes;
+    // FoldDown's tiles rotated by block (DownTileRow) where the weights do
+    // not stream: at the 0.5B shape the barrier after the fold waits for the
+    // reductions to drain from L2, and spread over both tiles' rows they
+    // drain sooner (on an H100 the kernel alone 437 us against 476-482,
+    // batch-1 decode 1765.4 tok/s against 1691.6; block 0 leaves the barrier
+    // 1.40 us after the last block's end against 1.99). Where they stream
+    // (1.5B) each block's first tile waits for DRAM instead: 1366-1374 us
+    // against 1324-1327. CUDA_AGENT_DECODE_ROTATE=0 keeps every block's
+    // tiles in the same order.
+    static const bool rotate = [] {
+      const char* env = std::getenv("CUDA_AGENT_DECODE_ROTATE");
+      return !(env && std::string(env) == "0");
+    }();
+    plan->rotate_down = rotate && !plan->copy_ahead;
     const int64_t tile_cap = plan->ring_bytes / (plan->copy_ahead ? 2 : 3);
     int64_t red = 0;
     for (int s = 0; s < kStages; ++s) {
