@@ -28,6 +28,13 @@ __device__ inline void SyncAttentionThreads() { asm volatile("bar.sync 1, %0;" :
 // dynamic shared memory, the opt-in (decode_kernels.cu).
 void ConfigureDecodeKernel(const void* kernel, int64_t dynamic_shared_bytes);
 
+// Whether the decode option in environment variable `name` is turned off
+// (set to "0").
+inline bool EnvOff(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == "0";
+}
+
 // Launches with programmatic stream serialisation where the device has it
 // (compute capability 9.0 and later).
 template <typename... Params, typename... Args>
@@ -39,8 +46,7 @@ void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sh
     int device = 0, major = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    const char* env = std::getenv("CUDA_AGENT_DECODE_PDL");
-    return major >= 9 && !(env && std::string(env) == "0");
+    return major >= 9 && !EnvOff("CUDA_AGENT_DECODE_PDL");
   }();
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

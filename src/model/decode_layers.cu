@@ -52,8 +52,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "decode_common.cuh"
@@ -1695,6 +1693,7 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
       elem * a.hidden * ((a.heads + 2 * a.kv_heads) * a.head_dim + a.heads * a.head_dim + 3 * a.mlp) / grid;
   // The sums take room from the ring, and a smaller ring can ask for more
   // sums (smaller tiles, more parts of k): a few rounds settle it.
+  static const bool rotate = !EnvOff("CUDA_AGENT_DECODE_ROTATE");
   plan->red_floats = 0;
   for (int round = 0;; ++round) {
     plan->ring_bytes = (room - fixed - plan->red_floats * 4 - 1024) / 128 * 128;
@@ -1716,10 +1715,6 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
     // (1.5B) each block's first tile waits for DRAM instead: 1366-1374 us
     // against 1324-1327. CUDA_AGENT_DECODE_ROTATE=0 keeps every block's
     // tiles in the same order.
-    static const bool rotate = [] {
-      const char* env = std::getenv("CUDA_AGENT_DECODE_ROTATE");
-      return !(env && std::string(env) == "0");
-    }();
     plan->rotate_down = rotate && !plan->copy_ahead;
     const int64_t tile_cap = plan->ring_bytes / (plan->copy_ahead ? 2 : 3);
     int64_t red = 0;
