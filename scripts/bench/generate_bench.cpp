@@ -89,8 +89,10 @@ int main(int argc, char** argv) {
     run(new_tokens, &d, &p);  // warm-up: allocator, kernels, every graph the timed run needs
     const double warmup_s = d;
     const int64_t captured = gen.stats().graphs_captured;
+    const model::GeneratorStats before = gen.stats();
     run(new_tokens, &d, &p);
     const auto& stats = gen.stats();
+    const double steps = static_cast<double>(stats.decode_steps - before.decode_steps);
     double decoded = static_cast<double>(b * (new_tokens - 1));
     nlohmann::json row = {{"batch", b},
                           {"overlap", overlap},
@@ -107,6 +109,9 @@ int main(int argc, char** argv) {
                           {"graph_replays", stats.graph_replays},
                           {"launched_steps", stats.launched_steps},
                           {"graphs_captured_in_timed_run", stats.graphs_captured - captured},
+                          // the host's time a step (overlap): launching it, and blocked on the step before
+                          {"host_launch_us_per_step", 1e6 * (stats.host_launch_s - before.host_launch_s) / steps},
+                          {"host_wait_us_per_step", 1e6 * (stats.host_wait_s - before.host_wait_s) / steps},
                           {"warmup_decode_s", warmup_s}};
     if (profile) {
       const int64_t before = gen.stats().decode_steps;

@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include <map>
 
@@ -342,7 +343,11 @@ std::vector<GenerationResult> Generator::Step() {
     // The next step first, fed on the device; then the last step's tokens;
     // then new requests, which decode from the next Step().
     std::vector<int64_t> running = Running(&finished);
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
     std::unique_ptr<InFlight> next = running.empty() ? nullptr : Launch(running);
+    const auto t1 = Clock::now();
+    stats_.host_launch_s += std::chrono::duration<double>(t1 - t0).count();
     if (in_flight_) Complete(*in_flight_, &finished);
     in_flight_ = std::move(next);
     Admit(&finished);
@@ -415,7 +420,11 @@ std::unique_ptr<Generator::InFlight> Generator::Launch(const std::vector<int64_t
 
 void Generator::Complete(InFlight& step, std::vector<GenerationResult>* finished) {
 #ifdef CUDA_AGENT_WITH_CUDA
-  if (step.picks.is_cuda()) step.copied.synchronize();
+  if (step.picks.is_cuda()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step.copied.synchronize();
+    stats_.host_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 #endif
   const int64_t B = static_cast<int64_t>(step.slots.size());
   const float* tok = step.host.data_ptr<float>();

@@ -272,6 +272,10 @@ TEST(GeneratorTest, OverlappedStepsGiveWhatPlainStepsGive) {
       for (size_t t = 0; t < got[i].tokens.size(); ++t) EXPECT_NEAR(got[i].logprobs[t], want[i].logprobs[t], 1e-4);
     }
     EXPECT_EQ(b.stats().generated_tokens, a.stats().generated_tokens);
+    // Only overlapped steps are timed; on the CPU nothing waits for a device.
+    EXPECT_GT(b.stats().host_launch_s, 0.0);
+    EXPECT_EQ(b.stats().host_wait_s, 0.0);
+    EXPECT_EQ(a.stats().host_launch_s, 0.0);
     GenerationRequest first = Greedy(f.prompts[0], 6);
     first.cache_key = "trajectory";
     const int64_t a_steps = a.stats().decode_steps, b_steps = b.stats().decode_steps;

@@ -78,6 +78,11 @@ struct GeneratorStats {
   // Slot decode steps whose kernels went out one by one: without graphs, and
   // with them the steps that are one persistent kernel (DecodeSlots).
   int64_t launched_steps = 0;
+  // With `overlap`: the host's seconds launching steps (Launch: the step's
+  // inputs, kernels and sampling) and blocked on the device for the step
+  // before (Complete). A step whose launch starts after the device has
+  // drained shows in the device's timeline as an idle gap.
+  double host_launch_s = 0, host_wait_s = 0;
 };
 
 class Generator {
