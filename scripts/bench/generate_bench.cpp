@@ -88,7 +88,6 @@ int main(int argc, char** argv) {
     double d = 0, p = 0;
     run(new_tokens, &d, &p);  // warm-up: allocator, kernels, every graph the timed run needs
     const double warmup_s = d;
-    const int64_t captured = gen.stats().graphs_captured;
     const model::GeneratorStats before = gen.stats();
     run(new_tokens, &d, &p);
     const auto& stats = gen.stats();
@@ -108,18 +107,18 @@ int main(int argc, char** argv) {
                           {"decode_kernels", decode_kernels},
                           {"graph_replays", stats.graph_replays},
                           {"launched_steps", stats.launched_steps},
-                          {"graphs_captured_in_timed_run", stats.graphs_captured - captured},
+                          {"graphs_captured_in_timed_run", stats.graphs_captured - before.graphs_captured},
                           // the host's time a step (overlap): launching it, and blocked on the step before
                           {"host_launch_us_per_step", 1e6 * (stats.host_launch_s - before.host_launch_s) / steps},
                           {"host_wait_us_per_step", 1e6 * (stats.host_wait_s - before.host_wait_s) / steps},
                           {"warmup_decode_s", warmup_s}};
     if (profile) {
-      const int64_t before = gen.stats().decode_steps;
+      const int64_t profiled_from = gen.stats().decode_steps;
       KernelProfile kp;
       run(65, &d, &p);
       sync();
       row["profile_64_steps"] = kp.Stop(40);
-      row["profile_64_steps"]["decode_steps"] = gen.stats().decode_steps - before;  // for step_profile.py
+      row["profile_64_steps"]["decode_steps"] = gen.stats().decode_steps - profiled_from;  // for step_profile.py
     }
     std::cout << row.dump() << std::endl;
     rows.push_back(row);

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-
 #include <map>
 
 #include "cuda_agent/model/fused_ops.h"
@@ -47,6 +46,10 @@ struct Generator::InFlight {
 };
 
 namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Whether a sequence's draws take top-k or top-p (a sort of the row), in a
 // vocabulary of V tokens.
@@ -343,11 +346,9 @@ std::vector<GenerationResult> Generator::Step() {
     // The next step first, fed on the device; then the last step's tokens;
     // then new requests, which decode from the next Step().
     std::vector<int64_t> running = Running(&finished);
-    using Clock = std::chrono::steady_clock;
-    const auto t0 = Clock::now();
+    const auto start = std::chrono::steady_clock::now();
     std::unique_ptr<InFlight> next = running.empty() ? nullptr : Launch(running);
-    const auto t1 = Clock::now();
-    stats_.host_launch_s += std::chrono::duration<double>(t1 - t0).count();
+    stats_.host_launch_s += SecondsSince(start);
     if (in_flight_) Complete(*in_flight_, &finished);
     in_flight_ = std::move(next);
     Admit(&finished);
@@ -421,9 +422,9 @@ std::unique_ptr<Generator::InFlight> Generator::Launch(const std::vector<int64_t
 void Generator::Complete(InFlight& step, std::vector<GenerationResult>* finished) {
 #ifdef CUDA_AGENT_WITH_CUDA
   if (step.picks.is_cuda()) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto start = std::chrono::steady_clock::now();
     step.copied.synchronize();
-    stats_.host_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.host_wait_s += SecondsSince(start);
   }
 #endif
   const int64_t B = static_cast<int64_t>(step.slots.size());
