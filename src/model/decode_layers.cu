@@ -17,9 +17,10 @@
 // has a stage of its own. The o projection is linear in each head's output:
 // blocks that merge a query head's chunks once all are written multiply it
 // by that head's columns of the o weights (FoldOut); at batch 1 with heads
-// of 64 those blocks take their head's attention over all keys themselves
-// (AttendHead). Each block multiplies its gate/up outputs by the same
-// columns of the down weights (FoldDown).
+// of 64, over up to FoldAttentionKeys() keys, those blocks take their
+// head's attention over all keys themselves (AttendHead). Each block
+// multiplies its gate/up outputs by the same columns of the down weights
+// (FoldDown).
 // Both add their partial sums into an fp32 copy of the residual stream, so
 // a layer has two grid barriers, after the o and the down projections. The
 // q/k/v outputs and the attention's partials pass on as values tagged with
@@ -97,6 +98,7 @@ struct RingPlan {
   int splits[kStages] = {};
   bool copy_ahead = false;  // tiles worked out before the wait for room (Producer::Run)
   bool rotate_down = false;  // FoldDown's tiles in an order of the block's (DownTileRow)
+  int merge_splits = 1;      // groups of threads that share FoldOut's merge of a head's chunks
 };
 
 // ---- Hopper: bulk copies completing on transaction barriers ----
@@ -242,23 +244,25 @@ __device__ inline uint64_t LoadTagged(const uint64_t* p) {
 __device__ inline float TaggedValue(uint64_t v) { return __uint_as_float(static_cast<uint32_t>(v)); }
 __device__ inline bool HasTag(uint64_t v, uint32_t tag) { return static_cast<uint32_t>(v >> 32) == tag; }
 
-// MergeFour (decode_common.cuh) over tagged partials: C chunks' values are
-// loaded together and again, all of them, until every one carries `tag`.
+// MergeFour (decode_common.cuh) over tagged partials, chunks [begin, end):
+// C chunks' values are loaded together and again, all of them, until every
+// one carries `tag`. The merge's maximum M, sum S and unnormalised outputs O
+// (M -infinity and S 0 where there is no chunk).
 template <int HD, int C>
-__device__ inline void MergeTagged(const uint64_t* partials, int64_t chunks, int h, int d, uint32_t tag,
-                                   float (&out)[4]) {
+__device__ inline void MergeTagged(const uint64_t* partials, int64_t begin, int64_t end, int h, int d, uint32_t tag,
+                                   float& M, float& S, float (&O)[4]) {
   constexpr int G = kDecodeMaxGroup;
   constexpr int64_t chunk_values = G * (HD + 2);
   const uint64_t* pm = partials + h;
   const uint64_t* po = partials + 2 * G + h * HD + d;
-  float M = -INFINITY, S = 0, O[4] = {};
-  for (int64_t c0 = 0; c0 < chunks; c0 += C) {
+  M = -INFINITY, S = 0, O[0] = O[1] = O[2] = O[3] = 0;
+  for (int64_t c0 = begin; c0 < end; c0 += C) {
     uint64_t em[C], es[C], eo[C][4];
     for (bool ready = false; !ready;) {
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         const int64_t at = (c0 + c) * chunk_values;
-        if (c0 + c < chunks) {
+        if (c0 + c < end) {
           em[c] = LoadTagged(pm + at), es[c] = LoadTagged(pm + at + G);
           LoadTaggedTwo(po + at, &eo[c][0], &eo[c][1]);
           LoadTaggedTwo(po + at + 2, &eo[c][2], &eo[c][3]);
@@ -281,8 +285,6 @@ __device__ inline void MergeTagged(const uint64_t* partials, int64_t chunks, int
     }
     MergeRound<C>(cm, cs, co, M, S, O);
   }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) out[e] = O[e] / S;
 }
 
 // A fold's tile of products, staged [batch, tile_rows] (`rows` of them, a
@@ -825,24 +827,46 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
 // with 4 lanes a key, 465.8 with 4 lanes, two rounds and loads under
 // branches instead of predicates; the halves made it 444.1 against 456.1
 // (all R rounds taken, then the next R loaded).
-constexpr int kFusedAttentionRows = 1;  // the largest batch that takes it
 constexpr int kAttendLanes = 8;         // lanes a key
 constexpr int kAttendPacks = 16;        // 16-byte loads of keys and values a lane has in flight: 64 registers
 
-// Whether the o projection's blocks take the attention themselves: at
-// batch 1 with heads of up to 64 elements. With heads of 128 (Qwen2.5-1.5B's
-// shape: twice the bytes a key) the kernel took 1160.8 us against 1130.8
-// with the chunks. The host sizes the chunks' partials by it
-// (DecodeLayersAttentionChunks).
-__host__ __device__ constexpr bool AttendsInFold(int64_t batch, int64_t head_dim) {
-  return head_dim <= 64 && batch <= kFusedAttentionRows;
+// Whether the o projection's blocks take the attention themselves: in the
+// batch-1 kernel with heads of up to 64 elements. With heads of 128
+// (Qwen2.5-1.5B's shape: twice the bytes a key) the kernel took 1160.8 us
+// against 1130.8 with the chunks. A block reads its head's every key, so
+// the time grows with the span (0.4-0.7 us a layer per 100 keys past 128 at
+// Qwen2.5-0.5B's shape, H100); past FoldAttentionKeys() keys the host
+// launches the kernel for any batch, whose chunks spread the keys over the
+// grid (AttendsInFold).
+template <int HD, bool kOne>
+constexpr bool kAttendsInFold = kOne && HD <= 64;
+
+// The most keys a batch-1 step's o-projection blocks attend over
+// themselves; CUDA_AGENT_DECODE_FOLD_KEYS overrides it. On an H100 at
+// Qwen2.5-0.5B's shape the kernel took 529.6 us at 1024 keys against 521.5
+// through the chunks, 650.5 against 542.6 at 2048 (the o stage's input 13.33
+// us a layer against 3.83); the lines cross near 950 keys.
+constexpr int64_t kFoldAttentionKeys = 896;
+int64_t FoldAttentionKeys() {
+  static const int64_t keys = [] {
+    const char* env = std::getenv("CUDA_AGENT_DECODE_FOLD_KEYS");
+    return env ? std::atoll(env) : kFoldAttentionKeys;
+  }();
+  return keys;
+}
+
+// Whether a step of `batch` rows over `span` keys takes its attention in
+// the o projection's blocks (the batch-1 kernel, heads of up to 64); the
+// host sizes the chunks' partials by it (DecodeLayersAttentionChunks).
+bool AttendsInFold(int64_t batch, int64_t span, int64_t head_dim) {
+  return batch == 1 && head_dim <= 64 && span <= FoldAttentionKeys();
 }
 
 // Shared memory of AttendHead after the batch's outputs: the query, the new
 // key and value, and each warp's maximum, sum and outputs.
 template <int HD>
 constexpr int kAttendHeadFloats = 3 * HD + kWarps * (HD + 2);
-static_assert(kFusedAttentionRows * 64 + kAttendHeadFloats<64> <= kAttendFloats<64>,
+static_assert(64 + kAttendHeadFloats<64> <= kAttendFloats<64>,
               "FoldOut's outputs and AttendHead's work space in the stage input's room");
 
 // 16 bytes at p where `pred`, zeros elsewhere: a predicated load, with no
@@ -1403,22 +1427,45 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
   clock.Start();
   const int batch = Rows<kOne>(a.batch), group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
   float* attn = c.xs;  // [batch, HD], rounded to T as the o projection's input is
-  // AttendsInFold(batch, HD), written out: calling it here made the
-  // kernel's code 520 instructions longer (nvcc 13.0).
-  if (HD <= 64 && batch <= kFusedAttentionRows) {
-    for (int b = 0; b < batch; ++b) {
-      if (b > 0) SyncAttentionThreads();  // AttendHead's work space is free
-      AttendHead<T, HD>(a, c.ring.layers[l], positions, b, head, head % group == 0 && r0 == 0,
-                        static_cast<uint32_t>(l + 1), attn + b * HD, attn + batch * HD);
-    }
+  if constexpr (kAttendsInFold<HD, kOne>) {  // one row
+    AttendHead<T, HD>(a, c.ring.layers[l], positions, 0, head, head % group == 0 && r0 == 0,
+                      static_cast<uint32_t>(l + 1), attn, attn + HD);
   } else {
-    for (int i = threadIdx.x; i < batch * HD / 4; i += kThreads) {
-      const int b = i / (HD / 4), d = i % (HD / 4) * 4;
-      float o[4];
-      MergeTagged<HD, kMergeChunks>(a.partial + (b * a.kv_heads + g) * chunks * kDecodeMaxGroup * (HD + 2), chunks,
-                                    head % group, d, static_cast<uint32_t>(l + 1), o);
+    // A thread merges 4 elements of a row's head; with threads to spare,
+    // p.merge_splits groups of them take shares of the chunks, merged again
+    // in shared memory after the head's outputs.
+    static_assert(kDecodeMaxRows * HD + kThreads * 6 <= kAttendFloats<HD>, "the splits' merges after the heads");
+    const int units = batch * HD / 4, splits = p.merge_splits;
+    const int64_t share = (chunks + splits - 1) / splits;
+    const uint64_t* partials = a.partial + g * chunks * kDecodeMaxGroup * (HD + 2);
+    const int64_t row_values = a.kv_heads * chunks * kDecodeMaxGroup * (HD + 2);
+    float* parts = attn + batch * HD;  // [splits, units, 6]: M, S, O
+    for (int i = threadIdx.x; i < units * splits; i += kThreads) {
+      const int u = i % units, split = i / units, b = u / (HD / 4), d = u % (HD / 4) * 4;
+      float M, S, O[4];
+      MergeTagged<HD, kMergeChunks>(partials + b * row_values, split * share, min(chunks, (split + 1) * share),
+                                    head % group, d, static_cast<uint32_t>(l + 1), M, S, O);
+      if (splits == 1) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) attn[b * HD + d + e] = ToFloat(FromFloat<T>(o[e]));
+        for (int e = 0; e < 4; ++e) attn[b * HD + d + e] = ToFloat(FromFloat<T>(O[e] / S));
+      } else {
+        float* q = parts + (split * units + u) * 6;
+        q[0] = M, q[1] = S, q[2] = O[0], q[3] = O[1], q[4] = O[2], q[5] = O[3];
+      }
+    }
+    if (splits > 1) {
+      SyncAttentionThreads();
+      for (int u = threadIdx.x; u < units; u += kThreads) {
+        float M = -INFINITY, S = 0, O[4] = {};
+        for (int split = 0; split < splits; ++split) {
+          const float* q = parts + (split * units + u) * 6;
+          const float cm[1] = {q[0]}, cs[1] = {q[1]};
+          const float4 co[1] = {{q[2], q[3], q[4], q[5]}};
+          MergeRound<1>(cm, cs, co, M, S, O);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) attn[u * 4 + e] = ToFloat(FromFloat<T>(O[e] / S));
+      }
     }
   }
   SyncAttentionThreads();
@@ -1623,7 +1670,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < batch * a.hidden; i += gridDim.x * kThreads)
         h_sum[i] = bias ? ToFloat(bias[i % a.hidden]) : 0.f, attn_sum[i] = 0.f;
     }
-    for (int64_t i = AttendsInFold(batch, HD) ? items : blockIdx.x; i < items; i += gridDim.x) {
+    for (int64_t i = kAttendsInFold<HD, kOne> ? items : blockIdx.x; i < items; i += gridDim.x) {
       const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
       PhaseClock clock = StageClock(c.profile, 1);
       clock.Start();
@@ -1694,6 +1741,14 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   // The sums take room from the ring, and a smaller ring can ask for more
   // sums (smaller tiles, more parts of k): a few rounds settle it.
   static const bool rotate = !EnvOff("CUDA_AGENT_DECODE_ROTATE");
+  // FoldOut's merge takes a thread per 4 elements of a row's head; where
+  // threads are to spare, groups of them take shares of the chunks, at
+  // least kMergeChunks each. CUDA_AGENT_DECODE_MERGE_SPLITS=0 keeps one.
+  static const bool split_merge = !EnvOff("CUDA_AGENT_DECODE_MERGE_SPLITS");
+  const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, units = a.batch * HD / 4;
+  plan->merge_splits =
+      split_merge ? static_cast<int>(std::clamp<int64_t>((chunks + kMergeChunks - 1) / kMergeChunks, 1, kThreads / units))
+                  : 1;
   plan->red_floats = 0;
   for (int round = 0;; ++round) {
     plan->ring_bytes = (room - fixed - plan->red_floats * 4 - 1024) / 128 * 128;
@@ -1823,7 +1878,10 @@ bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, bool encode, F&& f) {
       ok = planner(a, &p, &bytes) && (!encode || EncodeFoldMaps<T>(a, p, &maps));
       if (ok) f(kernel, p, bytes, encode ? &maps : nullptr);
     };
-    const bool profile = a.timeline != nullptr, one = a.batch == 1;
+    // The batch-1 kernel with heads of 64 attends in FoldOut; past its keys
+    // the kernel for any batch takes a row's chunks.
+    const bool profile = a.timeline != nullptr,
+               one = a.batch == 1 && (a.head_dim > 64 || AttendsInFold(a.batch, a.span, a.head_dim));
     if (a.head_dim == 64)
       plan(profile ? (one ? DecodeLayersKernel<T, 64, true, true> : DecodeLayersKernel<T, 64, true, false>)
                    : (one ? DecodeLayersKernel<T, 64, false, true> : DecodeLayersKernel<T, 64, false, false>),
@@ -1853,7 +1911,7 @@ bool ShapeFits(Dtype dtype, const DecodeLayersArgs& a) {
 }  // namespace
 
 int64_t DecodeLayersAttentionChunks(int64_t batch, int64_t span, int64_t head_dim) {
-  if (AttendsInFold(batch, head_dim)) return 0;  // no chunks: no partials to zero at every step
+  if (AttendsInFold(batch, span, head_dim)) return 0;  // no chunks: no partials to zero at every step
   return std::max<int64_t>(1, (span + kChunkKeys - 1) / kChunkKeys);
 }
 

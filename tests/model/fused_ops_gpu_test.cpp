@@ -474,14 +474,17 @@ void ExpectFusedDecodeEqualsAten(const std::string& name, at::ScalarType dtype, 
 // rounds of 16, and each of its o-projection blocks folds every row); one
 // row (with heads of 64, the persistent kernel's o-projection blocks take
 // its attention over every key themselves) at 600 of 640 keys, at the
-// span's last key, and at its first.
+// span's last key, and at its first; and one row over 2048 keys, past the
+// keys the o-projection blocks take (the batch-1 step's chunks spread over
+// the grid).
 TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
   const std::vector<DecodeCase> cases = {{256, 128, 40, {90, 17, 255}},
                                          {704, 640, 601, {600, 17, 333, 599, 64, 1, 520, 703}},
                                          {704, 640, 601, {600}},
                                          {256, 128, 100, {127}},
-                                         {256, 128, 1, {0}}};
+                                         {256, 128, 1, {0}},
+                                         {2112, 2048, 1901, {2000}}};
   for (const std::string& name : kFusedDecodes)
     for (auto dtype : {at::kFloat, at::kBFloat16})
       for (const auto& cfg : FusedDecodeShapes())
