@@ -830,22 +830,17 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
 constexpr int kAttendLanes = 8;         // lanes a key
 constexpr int kAttendPacks = 16;        // 16-byte loads of keys and values a lane has in flight: 64 registers
 
-// Whether the o projection's blocks take the attention themselves: in the
-// batch-1 kernel with heads of up to 64 elements. With heads of 128
+// The most keys over which a batch-1 step's o-projection blocks take the
+// attention themselves (the kernel's kFold; CUDA_AGENT_DECODE_FOLD_KEYS
+// overrides it), with heads of up to 64 elements: with heads of 128
 // (Qwen2.5-1.5B's shape: twice the bytes a key) the kernel took 1160.8 us
 // against 1130.8 with the chunks. A block reads its head's every key, so
-// the time grows with the span (0.4-0.7 us a layer per 100 keys past 128 at
-// Qwen2.5-0.5B's shape, H100); past FoldAttentionKeys() keys the host
-// launches the kernel for any batch, whose chunks spread the keys over the
-// grid (AttendsInFold).
-template <int HD, bool kOne>
-constexpr bool kAttendsInFold = kOne && HD <= 64;
-
-// The most keys a batch-1 step's o-projection blocks attend over
-// themselves; CUDA_AGENT_DECODE_FOLD_KEYS overrides it. On an H100 at
-// Qwen2.5-0.5B's shape the kernel took 529.6 us at 1024 keys against 521.5
-// through the chunks, 650.5 against 542.6 at 2048 (the o stage's input 13.33
-// us a layer against 3.83); the lines cross near 950 keys.
+// the time grows with the span; past these keys the batch-1 kernel takes the
+// chunks, which spread the keys over the grid. On an H100 at Qwen2.5-0.5B's
+// shape it took 475.1 us at 640 keys against 500.5 through the chunks, 504.6
+// against 506.9 at 896, 557.4 against 508.2 at 1280 and 644.8 against 527.1
+// at 2048 (the o stage's input 12.69 us a layer against 3.49): the lines
+// cross near 900 keys.
 constexpr int64_t kFoldAttentionKeys = 896;
 int64_t FoldAttentionKeys() {
   static const int64_t keys = [] {
@@ -1416,7 +1411,7 @@ __device__ void FoldDown(const DecodeLayersArgs& a, const RingPlan& p, int64_t l
 // attention (a.attn_sum, which the q/k/v stage started) four at a time by
 // vector reductions. So the o projection needs no grid barrier, and the
 // attention's merge is no grid-wide step of its own.
-template <typename T, int HD, bool kOne>
+template <typename T, int HD, bool kOne, bool kFold>
 __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int64_t* positions, int64_t l,
                         int64_t chunks, Consumer& c) {
   constexpr int V = 16 / sizeof(T), P = HD / V;  // packs of a row
@@ -1427,7 +1422,7 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
   clock.Start();
   const int batch = Rows<kOne>(a.batch), group = static_cast<int>(a.heads / a.kv_heads), g = head / group;
   float* attn = c.xs;  // [batch, HD], rounded to T as the o projection's input is
-  if constexpr (kAttendsInFold<HD, kOne>) {  // one row
+  if constexpr (kFold) {  // one row
     AttendHead<T, HD>(a, c.ring.layers[l], positions, 0, head, head % group == 0 && r0 == 0,
                       static_cast<uint32_t>(l + 1), attn, attn + HD);
   } else {
@@ -1440,14 +1435,17 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
     const uint64_t* partials = a.partial + g * chunks * kDecodeMaxGroup * (HD + 2);
     const int64_t row_values = a.kv_heads * chunks * kDecodeMaxGroup * (HD + 2);
     float* parts = attn + batch * HD;  // [splits, units, 6]: M, S, O
+    auto store = [attn](int u, const float (&O)[4], float S) {  // unit u's outputs, attn[u * 4...]
+#pragma unroll
+      for (int e = 0; e < 4; ++e) attn[u * 4 + e] = ToFloat(FromFloat<T>(O[e] / S));
+    };
     for (int i = threadIdx.x; i < units * splits; i += kThreads) {
       const int u = i % units, split = i / units, b = u / (HD / 4), d = u % (HD / 4) * 4;
       float M, S, O[4];
       MergeTagged<HD, kMergeChunks>(partials + b * row_values, split * share, min(chunks, (split + 1) * share),
                                     head % group, d, static_cast<uint32_t>(l + 1), M, S, O);
       if (splits == 1) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) attn[b * HD + d + e] = ToFloat(FromFloat<T>(O[e] / S));
+        store(u, O, S);
       } else {
         float* q = parts + (split * units + u) * 6;
         q[0] = M, q[1] = S, q[2] = O[0], q[3] = O[1], q[4] = O[2], q[5] = O[3];
@@ -1463,8 +1461,7 @@ __device__ void FoldOut(const DecodeLayersArgs& a, const RingPlan& p, const int6
           const float4 co[1] = {{q[2], q[3], q[4], q[5]}};
           MergeRound<1>(cm, cs, co, M, S, O);
         }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) attn[u * 4 + e] = ToFloat(FromFloat<T>(O[e] / S));
+        store(u, O, S);
       }
     }
   }
@@ -1592,10 +1589,11 @@ static_assert(sizeof(DecodeLayersArgs) + sizeof(RingPlan) + sizeof(FoldMaps) <= 
 // fetches much of it again, and the clocks' ~600 instructions (though
 // skipped) made a step's layers 7.9% slower on an H200 (557.8 against
 // 517.1 us).
-template <typename T, int HD, bool kProfile, bool kOne>
+template <typename T, int HD, bool kProfile, bool kOne, bool kFold>
 __global__ void __launch_bounds__(kThreads + 32, 1)
     DecodeLayersKernel(const __grid_constant__ DecodeLayersArgs a, const RingPlan p,
                        const __grid_constant__ FoldMaps maps) {
+  static_assert(!kFold || (kOne && HD <= 64), "AttendHead: one row, heads of up to 64");
   extern __shared__ __align__(128) unsigned char dynamic_shared[];
   // The ring from a 128-byte boundary, as the 2D copies land (PlanRing
   // leaves the room).
@@ -1670,7 +1668,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < batch * a.hidden; i += gridDim.x * kThreads)
         h_sum[i] = bias ? ToFloat(bias[i % a.hidden]) : 0.f, attn_sum[i] = 0.f;
     }
-    for (int64_t i = kAttendsInFold<HD, kOne> ? items : blockIdx.x; i < items; i += gridDim.x) {
+    for (int64_t i = kFold ? items : blockIdx.x; i < items; i += gridDim.x) {
       const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
       PhaseClock clock = StageClock(c.profile, 1);
       clock.Start();
@@ -1680,7 +1678,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       clock.Lap(3);
     }
     barrier(l, 1, false);
-    FoldOut<T, HD, kOne>(a, p, positions, l, chunks, c);
+    FoldOut<T, HD, kOne, kFold>(a, p, positions, l, chunks, c);
     barrier(l, 2, true);
     GemvStage<T, true, kOne>(a, p, kStageGateUp, l, c);
     barrier(l, 3, false);
@@ -1710,7 +1708,7 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   // generator asks whether a step fits before it). Negative: unknown.
   static const int64_t room = [] {
     cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true, false>) != cudaSuccess) return int64_t{-1};
+    if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true, false, false>) != cudaSuccess) return int64_t{-1};
     int device = 0, optin = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -1864,6 +1862,17 @@ bool EncodeFoldMaps(const DecodeLayersArgs& a, const RingPlan& plan, FoldMaps* m
   return true;
 }
 
+// The kernel for a step: of one row or any, attending in FoldOut or over
+// the chunks (AttendsInFold).
+template <typename T, int HD, bool kProfile>
+auto Kernel(bool one, bool fold) {
+  auto kernel = &DecodeLayersKernel<T, HD, kProfile, false, false>;
+  if (one) kernel = &DecodeLayersKernel<T, HD, kProfile, true, false>;
+  if constexpr (HD <= 64)
+    if (fold) kernel = &DecodeLayersKernel<T, HD, kProfile, true, true>;
+  return kernel;
+}
+
 // Calls f(kernel, plan, dynamic_bytes, maps) for the shape's kernel, maps
 // null where `encode` is false; false where it does not fit.
 template <typename F>
@@ -1878,18 +1887,14 @@ bool WithPlan(Dtype dtype, const DecodeLayersArgs& a, bool encode, F&& f) {
       ok = planner(a, &p, &bytes) && (!encode || EncodeFoldMaps<T>(a, p, &maps));
       if (ok) f(kernel, p, bytes, encode ? &maps : nullptr);
     };
-    // The batch-1 kernel with heads of 64 attends in FoldOut; past its keys
-    // the kernel for any batch takes a row's chunks.
-    const bool profile = a.timeline != nullptr,
-               one = a.batch == 1 && (a.head_dim > 64 || AttendsInFold(a.batch, a.span, a.head_dim));
+    // The batch-1 kernel, which with heads of 64 takes the attention in
+    // FoldOut up to FoldAttentionKeys() keys, or the kernel for any batch.
+    const bool profile = a.timeline != nullptr, one = a.batch == 1,
+               fold = AttendsInFold(a.batch, a.span, a.head_dim);
     if (a.head_dim == 64)
-      plan(profile ? (one ? DecodeLayersKernel<T, 64, true, true> : DecodeLayersKernel<T, 64, true, false>)
-                   : (one ? DecodeLayersKernel<T, 64, false, true> : DecodeLayersKernel<T, 64, false, false>),
-           PlanRing<T, 64>);
+      plan(profile ? Kernel<T, 64, true>(one, fold) : Kernel<T, 64, false>(one, fold), PlanRing<T, 64>);
     else if (a.head_dim == 128)
-      plan(profile ? (one ? DecodeLayersKernel<T, 128, true, true> : DecodeLayersKernel<T, 128, true, false>)
-                   : (one ? DecodeLayersKernel<T, 128, false, true> : DecodeLayersKernel<T, 128, false, false>),
-           PlanRing<T, 128>);
+      plan(profile ? Kernel<T, 128, true>(one, fold) : Kernel<T, 128, false>(one, fold), PlanRing<T, 128>);
   });
   return ok;
 }
