@@ -1708,7 +1708,8 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   // generator asks whether a step fits before it). Negative: unknown.
   static const int64_t room = [] {
     cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true, false, false>) != cudaSuccess) return int64_t{-1};
+    if (cudaFuncGetAttributes(&attributes, DecodeLayersKernel<T, HD, true, false, false>) != cudaSuccess)
+      return int64_t{-1};
     int device = 0, optin = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -1744,9 +1745,8 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   // least kMergeChunks each. CUDA_AGENT_DECODE_MERGE_SPLITS=0 keeps one.
   static const bool split_merge = !EnvOff("CUDA_AGENT_DECODE_MERGE_SPLITS");
   const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, units = a.batch * HD / 4;
-  plan->merge_splits =
-      split_merge ? static_cast<int>(std::clamp<int64_t>((chunks + kMergeChunks - 1) / kMergeChunks, 1, kThreads / units))
-                  : 1;
+  const int64_t splits = std::clamp<int64_t>((chunks + kMergeChunks - 1) / kMergeChunks, 1, kThreads / units);
+  plan->merge_splits = split_merge ? static_cast<int>(splits) : 1;
   plan->red_floats = 0;
   for (int round = 0;; ++round) {
     plan->ring_bytes = (room - fixed - plan->red_floats * 4 - 1024) / 128 * 128;
