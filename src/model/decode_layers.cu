@@ -99,6 +99,7 @@ struct RingPlan {
   bool copy_ahead = false;  // tiles worked out before the wait for room (Producer::Run)
   bool rotate_down = false;  // FoldDown's tiles in an order of the block's (DownTileRow)
   int merge_splits = 1;      // groups of threads that share FoldOut's merge of a head's chunks
+  bool chunk_runs = false;   // a block's chunks in a run, the new token's heads prepared once (Attend)
 };
 
 // ---- Hopper: bulk copies completing on transaction barriers ----
@@ -687,13 +688,16 @@ __device__ void PrepareHead(float (&x)[HD / 32], bool norm, const float (&w)[HD 
   }
 }
 
-// Row b, key head g, chunk z of `chunks`, by the block. Chunk 0 writes the
-// new key and value into the cache; the chunk holding the new position
-// takes them from the warp that prepared them, so no block waits for
-// another. `scratch`: kAttendFloats<HD> floats of shared memory.
+// Row b, key head g, chunk z of `chunks`, by the block. With `heads` it
+// prepares the new token's heads (the queries stay in `scratch` for the
+// block's next chunks of the row's key head), and with `store_new` writes
+// the new key and value into the cache; the chunk holding the new position
+// takes them from the warp that prepared them (so it prepares the heads),
+// and no block waits for another. `scratch`: kAttendFloats<HD> floats of
+// shared memory.
 template <typename T, int HD>
-__device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64_t z, int64_t chunks,
-                       uint64_t* partial, uint32_t tag, float* scratch, PhaseClock& clock) {
+__device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64_t z, int64_t chunks, bool heads,
+                       bool store_new, uint64_t* partial, uint32_t tag, float* scratch, PhaseClock& clock) {
   constexpr int G = kDecodeMaxGroup, N = HD / 32, KS = HD + 4, P = 16 / sizeof(T);
   constexpr int packs = kChunkKeys * HD / P, loads = (2 * packs + kThreads - 1) / kThreads;  // of keys and values
   const int group = static_cast<int>(a.heads / a.kv_heads), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -727,7 +731,7 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
     qn[i] = a.q_norm ? ToFloat(static_cast<const T*>(a.q_norm)[lane + 32 * i]) : 0.f;
     kn[i] = a.k_norm ? ToFloat(static_cast<const T*>(a.k_norm)[lane + 32 * i]) : 0.f;
   }
-  for (int h = warp; h <= group; h += kWarps) {
+  for (int h = heads ? warp : group + 1; h <= group; h += kWarps) {
     float x[N], v[N];
     // The q/k/v stage's outputs as they arrive (Tagged): their loads all
     // in flight, then again where one is not this layer's yet.
@@ -755,7 +759,7 @@ __device__ void Attend(const DecodeAttentionArgs& a, int64_t b, int64_t g, int64
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       const T k_t = FromFloat<T>(x[i]), v_t = FromFloat<T>(v[i]);  // as the cache holds them
-      if (z == 0) kc[r.pos * stride + lane + 32 * i] = k_t, vc[r.pos * stride + lane + 32 * i] = v_t;
+      if (store_new) kc[r.pos * stride + lane + 32 * i] = k_t, vc[r.pos * stride + lane + 32 * i] = v_t;
       if (at >= 0 && r.pos < r.end)
         keys[at * KS + lane + 32 * i] = ToFloat(k_t), values[at * HD + lane + 32 * i] = ToFloat(v_t);
     }
@@ -1668,15 +1672,30 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
       for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < batch * a.hidden; i += gridDim.x * kThreads)
         h_sum[i] = bias ? ToFloat(bias[i % a.hidden]) : 0.f, attn_sum[i] = 0.f;
     }
-    for (int64_t i = kFold ? items : blockIdx.x; i < items; i += gridDim.x) {
-      const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
-      PhaseClock clock = StageClock(c.profile, 1);
-      clock.Start();
-      const int64_t b = i / chunks / a.kv_heads, g = i / chunks % a.kv_heads;
-      Attend<T, HD>(att, b, g, i % chunks, chunks, a.partial, static_cast<uint32_t>(l + 1), c.xs, clock);
-      SyncAttentionThreads();  // the work space is free for the next chunk
-      clock.Lap(3);
-    }
+    // A block's items (row, key head, chunk): a run of ceil(items / grid)
+    // (p.chunk_runs), else one every gridDim.x. Within a run, a row's key
+    // head prepares its heads once, at the chunk holding the new position
+    // if the run has it, else at its first.
+    const int run = p.chunk_runs ? static_cast<int>((items + gridDim.x - 1) / gridDim.x) : 1;
+    const int all = static_cast<int>(items), per_row = static_cast<int>(chunks);
+    for (int start = kFold ? all : blockIdx.x * run; start < all; start += gridDim.x * run)
+      for (int i = start, end = min(all, start + run); i < end;) {
+        const DecodeAttentionArgs att = LayerAttention<HD>(a, layers[l], positions);
+        const int b = i / per_row / static_cast<int>(a.kv_heads), g = i / per_row % static_cast<int>(a.kv_heads);
+        const int z0 = i % per_row, n = min(per_row - z0, end - i);
+        const int new_chunk = static_cast<int>(positions[b] / kChunkKeys);
+        const int first = new_chunk >= z0 && new_chunk < z0 + n ? new_chunk : z0;
+        for (int k = 0; k < n; ++k) {
+          PhaseClock clock = StageClock(c.profile, 1);
+          clock.Start();
+          const int z = k == 0 ? first : (z0 + k - 1 < first ? z0 + k - 1 : z0 + k);
+          Attend<T, HD>(att, b, g, z, chunks, k == 0, z0 == 0, a.partial, static_cast<uint32_t>(l + 1), c.xs,
+                        clock);
+          SyncAttentionThreads();  // the work space is free for the next chunk
+          clock.Lap(3);
+        }
+        i += n;
+      }
     barrier(l, 1, false);
     FoldOut<T, HD, kOne, kFold>(a, p, positions, l, chunks, c);
     barrier(l, 2, true);
@@ -1744,6 +1763,11 @@ bool PlanRing(const DecodeLayersArgs& a, RingPlan* plan, int64_t* dynamic_bytes)
   // threads are to spare, groups of them take shares of the chunks, at
   // least kMergeChunks each. CUDA_AGENT_DECODE_MERGE_SPLITS=0 keeps one.
   static const bool split_merge = !EnvOff("CUDA_AGENT_DECODE_MERGE_SPLITS");
+  // A block's chunks of the attention in a run, the new token's heads
+  // prepared once for a row's key head (Attend); CUDA_AGENT_DECODE_CHUNK_RUNS=0
+  // takes one every gridDim.x, each preparing them.
+  static const bool chunk_runs = !EnvOff("CUDA_AGENT_DECODE_CHUNK_RUNS");
+  plan->chunk_runs = chunk_runs;
   const int64_t chunks = (a.span + kChunkKeys - 1) / kChunkKeys, units = a.batch * HD / 4;
   const int64_t splits = std::clamp<int64_t>((chunks + kMergeChunks - 1) / kMergeChunks, 1, kThreads / units);
   plan->merge_splits = split_merge ? static_cast<int>(splits) : 1;
