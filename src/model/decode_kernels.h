@@ -160,7 +160,10 @@ struct DecodeLayersArgs {
   // over DecodeLayersAttentionChunks(batch, span, head_dim) chunks (none
   // where the o projection's blocks take the attention themselves). qkv and partial
   // hold each value in 64 bits with the layer's tag (16-byte aligned); they,
-  // attn_sum's first copy and barrier (one count) are zeros before the launch.
+  // attn_sum's first copy and barrier (two counts: arrivals, blocks out) are
+  // zeros before the launch, and the kernel leaves them and both of
+  // attn_sum's copies zero (partial, qkv and attn_sum lie in that order, one
+  // run of words).
   uint64_t* qkv = nullptr;
   float* attn_sum = nullptr;
   float* h_sum = nullptr;

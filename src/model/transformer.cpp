@@ -442,15 +442,15 @@ at::Tensor Transformer::DecodePersistent(const at::Tensor& ids, const at::Tensor
   const at::Tensor& embedding = m.P("model.embed_tokens.weight");
   if (embedding.is_contiguous() && reinterpret_cast<uintptr_t>(embedding.data_ptr()) % 16 == 0) {
     at::Tensor h = at::empty({ids.size(0), c.hidden_size}, embedding.options());  // [B, hidden], its output
-    PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads,
-                     c.intermediate_size, span, {}, ids, embedding, m.P("model.norm.weight"));
+    PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads, c.intermediate_size,
+                     span, {}, ids, embedding, m.P("model.norm.weight"), &cache.decode_work);
     // h normed in the kernel; at batch 1 the head as its dependent (HeadRow).
     if (HeadRowFits(h, m.Head())) return HeadRow(h, m.Head(), logits, pick);
     return m.HeadLogits(h, logits);
   }
   at::Tensor h = at::embedding(embedding, ids.view({-1})).contiguous();  // [B, hidden]
   PersistentDecode(h, layers, positions, m.inv_freq, c.rms_norm_eps, c.num_heads, c.num_kv_heads, c.intermediate_size,
-                   span);
+                   span, {}, {}, {}, {}, &cache.decode_work);
   return m.DecodeLogits(h, logits);
 }
 

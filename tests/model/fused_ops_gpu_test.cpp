@@ -491,6 +491,48 @@ TEST(FusedOpsGpuTest, FusedDecodeEqualsTheAtenDecode) {
         for (const DecodeCase& dc : cases) ExpectFusedDecodeEqualsAten(name, dtype, cfg, dc);
 }
 
+// The persistent kernel leaves its work space (KvCache::decode_work) all
+// zeros, so that one serves every step of a cache whatever its rows and
+// span: steps of one cache through the batch-1 kernel (in AttendHead where
+// heads are 64 wide), over the chunks of 2048 keys, a batch of 3 and batch 1
+// again, each step's logits equal to the ATen step's (fp32) and the work
+// space zero after it.
+TEST(FusedOpsGpuTest, PersistentDecodeLeavesItsWorkSpaceZero) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU on this host";
+  const std::vector<DecodeCase> steps = {
+      {2112, 128, 0, {100}}, {2112, 2048, 0, {2000}}, {2112, 640, 0, {600, 17, 639}}, {2112, 128, 0, {101}}};
+  const std::vector<nlohmann::json> shapes = FusedDecodeShapes();
+  for (const auto& cfg : {shapes[1], shapes[2], shapes[3]}) {
+    const std::string name = cfg["model_type"].get<std::string>() + " head_dim " +
+                             std::to_string(cfg.value("head_dim", cfg["hidden_size"].get<int64_t>() /
+                                                                      cfg["num_attention_heads"].get<int64_t>()));
+    ModelConfig config = ParseModelConfig(cfg, name).value();
+    auto model = Transformer::Random(config, {at::kFloat, kGpu, false}, 5);
+    RandomizeBiases(*model);
+    KvCache aten = KvCache::Allocate(config, 3, 2112, at::kFloat, kGpu), fused = aten;
+    for (size_t i = 0; i < aten.k.size(); ++i) {
+      aten.k[i].normal_(), aten.v[i].normal_();
+      fused.k[i] = aten.k[i].clone(), fused.v[i] = aten.v[i].clone();
+    }
+    for (const DecodeCase& dc : steps) {
+      const int64_t rows = static_cast<int64_t>(dc.positions.size());
+      const std::string what = name + " rows " + std::to_string(rows) + " span " + std::to_string(dc.span);
+      ASSERT_TRUE(PersistentDecodeFits(at::kFloat, rows, dc.span, config.num_layers, config.hidden_size,
+                                       config.intermediate_size, config.num_heads, config.num_kv_heads,
+                                       config.head_dim))
+          << what;
+      const auto on = at::TensorOptions().dtype(at::kLong).device(kGpu);
+      at::Tensor ids = at::randint(0, config.vocab_size, {rows, 1}, on);
+      at::Tensor positions = at::tensor(dc.positions, on).view({rows, 1});
+      at::Tensor want = model->Decode(ids, positions, aten, dc.span);
+      at::Tensor got = model->Decode(ids, positions, fused, dc.span, DecodeKernels::kPersistent);
+      ExpectNear(got, want, 1e-4 * want.abs().max().item<double>(), 0, what + " logits");
+      ASSERT_TRUE(fused.decode_work.defined()) << what;
+      EXPECT_EQ(fused.decode_work.count_nonzero().item<int64_t>(), 0) << what << ": the work space after the step";
+    }
+  }
+}
+
 // Greedy generation through captured graphs: the fused and the persistent
 // decode give the tokens the ATen decode gives (fp32), batch 1 and a batch of
 // 3 with a slot freed and refilled.

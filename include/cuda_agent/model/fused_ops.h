@@ -139,6 +139,9 @@ at::Tensor DecodeHead(const at::Tensor& h, const at::Tensor& norm_weight, double
 // stage the cycles of the phases of its work, per GEMV stage the cycles its
 // weight copies waited for room, and every block's clock at the end of each
 // stage's work: a profile of the step (kernels::DecodeLayersArgs::timeline).
+// `work`, where given, is the kernel's work space kept from step to step
+// (KvCache::decode_work; made or grown here): the kernel leaves it zero, so
+// no fill runs before each step. One stream's steps at a time.
 struct DecodeLayerWeights {
   at::Tensor input_norm, post_norm, q_norm, k_norm;  // q_norm/k_norm: Qwen3 only
   LinearWeights q, k, v, o, gate, up, down;
@@ -155,6 +158,6 @@ bool PersistentDecodeFits(c10::ScalarType dtype, int64_t batch, int64_t span, in
 void PersistentDecode(at::Tensor& h, const std::vector<DecodeLayerWeights>& layers, const at::Tensor& positions,
                       const at::Tensor& inv_freq, double eps, int64_t heads, int64_t kv_heads, int64_t mlp,
                       int64_t span, const at::Tensor& timeline = {}, const at::Tensor& ids = {},
-                      const at::Tensor& embedding = {}, const at::Tensor& final_norm = {});
+                      const at::Tensor& embedding = {}, const at::Tensor& final_norm = {}, at::Tensor* work = nullptr);
 
 }  // namespace cuda_agent::model

@@ -48,6 +48,9 @@ StatusOr<DecodeKernels> ParseDecodeKernels(const std::string& name);
 struct KvCache {
   std::vector<at::Tensor> k, v;  // per layer [slots, max_len, kv_heads, head_dim]
   int64_t slots = 0, max_len = 0;
+  // The persistent decode's work space, zeros between its steps
+  // (PersistentDecode's `work`); made at the first.
+  at::Tensor decode_work;
   static KvCache Allocate(const ModelConfig& config, int64_t slots, int64_t max_len, c10::ScalarType dtype,
                           c10::Device device);
 };
