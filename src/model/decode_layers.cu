@@ -1526,19 +1526,17 @@ __device__ __noinline__ void GatherEmbeddings(const DecodeLayersArgs& a) {
 
 // The work space as the launch found it, all zeros, for the next launch
 // (the caller may keep it, KvCache::decode_work, and no fill kernel runs
-// before each step): the tagged partials (none where the o projection's
-// blocks attend, `fold`) and q/k/v outputs, whose tags a later step's would otherwise match, and both copies
-// of the sums after the attention, by every block after the last grid
-// barrier, which every read of them precedes; the barrier's count by the
-// last block past it. Out of line: no code added to the layer loop.
-__device__ __noinline__ void ClearWork(const DecodeLayersArgs& a, bool fold) {
-  const int64_t chunks = fold ? 0 : (a.span + kChunkKeys - 1) / kChunkKeys;
-  const int64_t partials = a.batch * a.kv_heads * chunks * kDecodeMaxGroup * (a.head_dim + 2);
-  const int64_t qkv = a.batch * (a.heads + 2 * a.kv_heads) * a.head_dim;
-  const int64_t pairs = (partials + qkv + a.batch * a.hidden) / 2;  // 16 bytes each, from a.partial on
-  uint4* words = reinterpret_cast<uint4*>(a.partial);
-  for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < pairs; i += gridDim.x * kThreads)
-    words[i] = make_uint4(0, 0, 0, 0);
+// before each step): the tagged partials and q/k/v outputs, whose tags a
+// later step's would otherwise match, and both copies of the sums after the
+// attention, one run of words from a.partial on (DecodeLayersArgs), by every
+// block after the last grid barrier, which every read of them precedes; the
+// barrier's count by the last block past it. Out of line: no code added to
+// the layer loop.
+__device__ __noinline__ void ClearWork(const DecodeLayersArgs& a) {
+  const int64_t words = reinterpret_cast<const uint64_t*>(a.attn_sum) - a.partial + a.batch * a.hidden;
+  uint4* pairs = reinterpret_cast<uint4*>(a.partial);  // 16 bytes each
+  for (int64_t i = blockIdx.x * kThreads + threadIdx.x; i < words / 2; i += gridDim.x * kThreads)
+    pairs[i] = make_uint4(0, 0, 0, 0);
   if (threadIdx.x == 0 && atomicAdd(&a.barrier[1], 1u) == gridDim.x - 1) a.barrier[0] = 0, a.barrier[1] = 0;
 }
 
@@ -1722,7 +1720,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1)
     FoldDown<T, kOne>(a, p, l, c);
     barrier(l, 4, true);
   }
-  ClearWork(a, kFold);
+  ClearWork(a);
   StoreOutput<T>(a, squares);
   if (c.profile && threadIdx.x == 0)
     for (int i = 0; i < kPhaseSlots; ++i) timeline[3 + 10 * a.num_layers + i] = c.profile[i];
