@@ -58,13 +58,8 @@ root=$(pwd)
 suffix() { [ "$1" = 0 ] || echo $(($1 + 1)); }
 build() {  # source dir, build dir
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:-}" > "$out/cmake_$(basename "$2").log" 2>&1 &&
-    ninja -C "$2" decode_kernels_bench $generator $test > "$out/build_$(basename "$2").log" 2>&1
+    ninja -C "$2" decode_kernels_bench generate_bench $test > "$out/build_$(basename "$2").log" 2>&1
 }
-# The generator's bench only where it runs (--e2e, --profile): the kernel's
-# alone builds in a fraction of the time (floors of several patches on a
-# machine just started).
-generator=
-[ "$e2e" = 0 ] && [ -z "$profile" ] || generator=generate_bench
 builds=(build-gpu)
 pids=()
 build "$root" "$root/build-gpu" &
