@@ -26,6 +26,10 @@
 # Time on a machine just started: one patch with --e2e --test and 3 rounds
 # took 324 s on an H200; two patches ran past the device's 600 s a command
 # on an H100 (three full builds at once), so give a cold machine one patch.
+# With --prebuilt=TARBALL (scripts/bench/prebuild_ab.sh, run on the CPU
+# machine with the same patches) nothing is built here: the variants'
+# binaries are unpacked into the build directories and run with this
+# host's torch libraries.
 set -euo pipefail
 patches=()
 while [ $# -gt 0 ] && [ -f "$1" ]; do
@@ -33,14 +37,16 @@ while [ $# -gt 0 ] && [ -f "$1" ]; do
   shift
 done
 if [ ${#patches[@]} -eq 0 ] || [ $# -eq 0 ]; then
-  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e[=N]] [--test] [--profile] [--shape=NAME]" >&2
+  echo "usage: $0 PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e[=N]] [--test] [--profile] [--shape=NAME]" \
+    "[--prebuilt=TARBALL]" >&2
   exit 2
 fi
 out=$1
 shift
-rounds=3 e2e=0 test= profile= shape=qwen2.5-0.5b
+rounds=3 e2e=0 test= profile= shape=qwen2.5-0.5b prebuilt=
 for arg in "$@"; do
   case "$arg" in
+    --prebuilt=*) prebuilt=$(realpath "${arg#--prebuilt=}") ;;
     --shape=*) shape=${arg#--shape=} ;;
     --e2e) e2e=2 ;;
     --e2e=*) e2e=${arg#--e2e=} ;;
@@ -61,27 +67,43 @@ build() {  # source dir, build dir
     ninja -C "$2" decode_kernels_bench generate_bench $test > "$out/build_$(basename "$2").log" 2>&1
 }
 builds=(build-gpu)
+if [ -n "$prebuilt" ]; then
+  # The manifest's variants must be these patches, in this order.
+  rm -rf "$root/build-gpu"*
+  xz -dc "$prebuilt" | tar -C "$root" -xf - --exclude=./manifest.txt
+  xz -dc "$prebuilt" | tar -xOf - ./manifest.txt | tee "$out/manifest.txt"
+  for v in "${!patches[@]}"; do
+    builds+=("build-gpu-ab$(suffix "$v")")
+    line=$(grep "^${builds[-1]} " "$out/manifest.txt" | cut -d' ' -f2-)
+    want="$(basename "${patches[$v]}") $(sha256sum < "${patches[$v]}" | cut -c1-16)"
+    [ "$line" = "$want" ] || { echo "${builds[-1]} in $prebuilt is '$line', not '$want'" >&2; exit 1; }
+  done
+  torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+  export LD_LIBRARY_PATH="$torch_lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 pids=()
-build "$root" "$root/build-gpu" &
-pids+=($!)
-for v in "${!patches[@]}"; do
-  variant=/tmp/decode-ab$(suffix "$v")
-  rm -rf "$variant" && mkdir -p "$variant"
-  tar -cf - --exclude=./.git --exclude=./.device --exclude='./build*' . | tar -xf - -C "$variant"
-  git -C "$variant" apply "${patches[$v]}"  # outside a repository: a plain patch
-  builds+=("build-gpu-ab$(suffix "$v")")
-  # The copy keeps the tree's times, so a file the build's last patch
-  # changed and this one does not would look older than its object: touch
-  # those so that they build again.
-  last="$root/${builds[-1]}/ab.patch"
-  if [ -f "$last" ]; then
-    sed -n 's|^+++ b/\([^[:space:]]*\).*|\1|p' "$last" |
-      while read -r f; do [ ! -f "$variant/$f" ] || touch "$variant/$f"; done
-  fi
-  mkdir -p "$root/${builds[-1]}" && cp "${patches[$v]}" "$last"
-  build "$variant" "$root/${builds[-1]}" &
+if [ -z "$prebuilt" ]; then
+  build "$root" "$root/build-gpu" &
   pids+=($!)
-done
+  for v in "${!patches[@]}"; do
+    variant=/tmp/decode-ab$(suffix "$v")
+    rm -rf "$variant" && mkdir -p "$variant"
+    tar -cf - --exclude=./.git --exclude=./.device --exclude='./build*' . | tar -xf - -C "$variant"
+    git -C "$variant" apply "${patches[$v]}"  # outside a repository: a plain patch
+    builds+=("build-gpu-ab$(suffix "$v")")
+    # The copy keeps the tree's times, so a file the build's last patch
+    # changed and this one does not would look older than its object: touch
+    # those so that they build again.
+    last="$root/${builds[-1]}/ab.patch"
+    if [ -f "$last" ]; then
+      sed -n 's|^+++ b/\([^[:space:]]*\).*|\1|p' "$last" |
+        while read -r f; do [ ! -f "$variant/$f" ] || touch "$variant/$f"; done
+    fi
+    mkdir -p "$root/${builds[-1]}" && cp "${patches[$v]}" "$last"
+    build "$variant" "$root/${builds[-1]}" &
+    pids+=($!)
+  done
+fi
 for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || { echo "${builds[$i]} failed to build: $out/build_${builds[$i]}.log"; exit 1; }
 done
