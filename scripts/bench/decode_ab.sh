@@ -78,6 +78,11 @@ if [ -n "$prebuilt" ]; then
     want="$(basename "${patches[$v]}") $(sha256sum < "${patches[$v]}" | cut -c1-16)"
     [ "$line" = "$want" ] || { echo "${builds[-1]} in $prebuilt is '$line', not '$want'" >&2; exit 1; }
   done
+  # generate_gpu_test reads its fixtures' script from the tree it was built
+  # in, and keeps them in that tree's build/test-cache.
+  src=$(sed -n 's/^root //p' "$out/manifest.txt")
+  if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
+  mkdir -p "$root/build/test-cache"
   torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
   export LD_LIBRARY_PATH="$torch_lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi

@@ -44,7 +44,9 @@ variant() {  # dir, what
   for f in "${files[@]}"; do strip -o "$stage/$1/$f" "build/$f"; done
   echo "$1 $2" >> "$stage/manifest.txt"
 }
-echo "commit $(git rev-parse HEAD)" > "$stage/manifest.txt"
+# generate_gpu_test names its fixtures' script and cache by this tree's path
+# (compiled in): decode_ab.sh links that path to its own tree.
+printf 'commit %s\nroot %s\n' "$(git rev-parse HEAD)" "$(pwd)" > "$stage/manifest.txt"
 variant build-gpu "A"
 for v in "${!patches[@]}"; do
   dir=build-gpu-ab$([ "$v" = 0 ] || echo $((v + 1)))
