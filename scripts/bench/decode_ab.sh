@@ -4,6 +4,7 @@
 # figures from different runs cannot judge a change of a few percent.
 #
 #   scripts/bench/decode_ab.sh PATCH [PATCH...] OUT_DIR [ROUNDS] [--e2e[=N]] [--test] [--profile] [--shape=NAME]
+#     [--prebuilt=TARBALL]
 #
 # Builds decode_kernels_bench and generate_bench from the working tree (A, in
 # build-gpu) and from the tree with each PATCH applied (B, C, ... in
