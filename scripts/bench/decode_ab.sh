@@ -32,6 +32,7 @@
 # binaries are unpacked into the build directories and run with this
 # host's torch libraries.
 set -euo pipefail
+source "$(dirname "$0")/ab_variants.sh"
 patches=()
 while [ $# -gt 0 ] && [ -f "$1" ]; do
   patches+=("$(realpath "$1")")
@@ -71,12 +72,12 @@ builds=(build-gpu)
 if [ -n "$prebuilt" ]; then
   # The manifest's variants must be these patches, in this order.
   rm -rf "$root/build-gpu"*
-  xz -dc "$prebuilt" | tar -C "$root" -xf - --exclude=./manifest.txt
-  xz -dc "$prebuilt" | tar -xOf - ./manifest.txt | tee "$out/manifest.txt"
+  xz -dc "$prebuilt" | tar -C "$root" -xf -
+  mv "$root/manifest.txt" "$out/manifest.txt" && cat "$out/manifest.txt"
   for v in "${!patches[@]}"; do
-    builds+=("build-gpu-ab$(suffix "$v")")
+    builds+=("$(variant_dir "$v")")
     line=$(grep "^${builds[-1]} " "$out/manifest.txt" | cut -d' ' -f2-)
-    want="$(basename "${patches[$v]}") $(sha256sum < "${patches[$v]}" | cut -c1-16)"
+    want=$(patch_label "${patches[$v]}")
     [ "$line" = "$want" ] || { echo "${builds[-1]} in $prebuilt is '$line', not '$want'" >&2; exit 1; }
   done
   # generate_gpu_test reads its fixtures' script from the tree it was built
@@ -96,7 +97,7 @@ if [ -z "$prebuilt" ]; then
     rm -rf "$variant" && mkdir -p "$variant"
     tar -cf - --exclude=./.git --exclude=./.device --exclude='./build*' . | tar -xf - -C "$variant"
     git -C "$variant" apply "${patches[$v]}"  # outside a repository: a plain patch
-    builds+=("build-gpu-ab$(suffix "$v")")
+    builds+=("$(variant_dir "$v")")
     # The copy keeps the tree's times, so a file the build's last patch
     # changed and this one does not would look older than its object: touch
     # those so that they build again.

@@ -9,14 +9,15 @@
 #
 # Builds decode_kernels_bench, generate_bench and generate_gpu_test in
 # `build` (scripts/build.sh's, so ccache and the objects already there serve)
-# for the tree as it is (A) and with each PATCH applied in turn (B, C, ...;
-# each taken back after its build), strips them and packs them, with a
+# for the tree with each PATCH applied in turn (B, C, ...; each taken back
+# after its build) and as it is (A), strips them and packs them, with a
 # manifest naming each variant's patch and its checksum, into TARBALL
 # (xz; each variant ~17 MB, and the GPU host's tool carries 64 MiB in all).
 # The local torch wheel is the GPU host's version with CUDA 13.0, so the
 # binaries run there with that host's torch libraries on LD_LIBRARY_PATH
 # (decode_ab.sh sets it). The tree's tracked files must be clean.
 set -euo pipefail
+source "$(dirname "$0")/ab_variants.sh"
 patches=()
 while [ $# -gt 1 ] && [ -f "$1" ]; do
   patches+=("$(realpath "$1")")
@@ -47,16 +48,15 @@ variant() {  # dir, what
 # generate_gpu_test names its fixtures' script and cache by this tree's path
 # (compiled in): decode_ab.sh links that path to its own tree.
 printf 'commit %s\nroot %s\n' "$(git rev-parse HEAD)" "$(pwd)" > "$stage/manifest.txt"
-variant build-gpu "A"
+# The patches first and A last, so that `build` is left as the tree is.
 for v in "${!patches[@]}"; do
-  dir=build-gpu-ab$([ "$v" = 0 ] || echo $((v + 1)))
   git apply "${patches[$v]}"
-  if ! variant "$dir" "$(basename "${patches[$v]}") $(sha256sum < "${patches[$v]}" | cut -c1-16)"; then
-    git apply -R "${patches[$v]}"
-    exit 1
-  fi
+  built=0
+  variant "$(variant_dir "$v")" "$(patch_label "${patches[$v]}")" || built=$?
   git apply -R "${patches[$v]}"
+  [ "$built" = 0 ] || exit 1
 done
+variant build-gpu "A"
 rm -f "$stage"/*.log
 # One xz stream with a dictionary past a binary's size, so that the
 # variants' shared code packs once.
